@@ -1,3 +1,27 @@
-"""tvm-rtask: Rammer-style persistent kernels for Apache TVM."""
+"""tvm-rtask: Rammer-style persistent kernels for Apache TVM.
+
+``tvm_rtask.core`` and ``tvm_rtask.schedule`` are pure Python; the public API below imports
+TVM on first use, so importing the package itself stays cheap.
+"""
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "compile": ("api", "compile"),
+    "plan": ("api", "plan"),
+    "rtask_pipeline": ("relax_passes", "rtask_pipeline"),
+    "frontend": ("frontend", None),
+    "models": ("models", None),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tvm_rtask' has no attribute {name!r}")
+    import importlib
+
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(f".{module_name}", __name__)
+    return module if attr is None else getattr(module, attr)

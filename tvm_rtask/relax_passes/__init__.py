@@ -1,0 +1,20 @@
+"""Relax passes of tvm-rtask; each composes inside ``tvm.transform.Sequential``."""
+
+from .extract import ExtractedGraph, extract_graph
+from .fuse import FuseKeepingWaves, prepare_pipeline
+from .lower import LowerRPrograms
+from .pipeline import RTaskPrepare, rtask_pipeline
+from .plan import PLAN_ATTR, PlanRPrograms, as_target
+
+__all__ = [
+    "PLAN_ATTR",
+    "ExtractedGraph",
+    "FuseKeepingWaves",
+    "LowerRPrograms",
+    "PlanRPrograms",
+    "RTaskPrepare",
+    "as_target",
+    "extract_graph",
+    "prepare_pipeline",
+    "rtask_pipeline",
+]

@@ -1,0 +1,76 @@
+"""Options of the rTask pipeline: keyword arguments, PassContext ``rtask.*`` keys, defaults.
+
+An explicit keyword wins over the PassContext config key of the same name (``rtask.policy``,
+``rtask.num_veu``, ``rtask.barrier``, ...), which wins over the default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from .errors import OptionError
+
+POLICIES = ("wavefront", "sequential")
+BARRIERS = ("fine", "global")
+FUSIONS = ("fuseops", "none")
+
+
+@dataclass
+class RTaskOptions:
+    """Everything a user can set; see README for what each changes."""
+
+    policy: str = "wavefront"
+    barrier: str = "fine"
+    num_veu: int | None = None  # None: the device's capacity (CPU: worker threads)
+    rtasks_per_veu: int = 2  # CPU: an operator is cut into up to num_veu * this rTasks
+    fusion: str = "fuseops"
+    spin_timeout_ms: int = 60_000
+
+    def validate(self) -> RTaskOptions:
+        from .schedule import policy_names
+
+        if self.policy not in policy_names():
+            raise OptionError(
+                f"unknown policy {self.policy!r}; choose one of {', '.join(policy_names())}"
+            )
+        if self.barrier not in BARRIERS:
+            raise OptionError(f"barrier must be one of {BARRIERS}, not {self.barrier!r}")
+        if self.fusion not in FUSIONS:
+            raise OptionError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
+        if self.num_veu is not None and (not isinstance(self.num_veu, int) or self.num_veu < 1):
+            raise OptionError(f"num_veu must be a positive integer, not {self.num_veu!r}")
+        if not isinstance(self.rtasks_per_veu, int) or self.rtasks_per_veu < 1:
+            raise OptionError(f"rtasks_per_veu must be >= 1, not {self.rtasks_per_veu!r}")
+        if not isinstance(self.spin_timeout_ms, int) or self.spin_timeout_ms < 1:
+            raise OptionError(f"spin_timeout_ms must be >= 1, not {self.spin_timeout_ms!r}")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_options(explicit: dict, pass_config=None) -> RTaskOptions:
+    """Merge explicit keywords, ``rtask.*`` PassContext keys and defaults; reject unknowns."""
+    known = {f.name for f in fields(RTaskOptions)}
+    unknown = sorted(set(explicit) - known)
+    if unknown:
+        raise OptionError(f"unknown option(s) {unknown}; known options: {sorted(known)}")
+    values = {}
+    config = pass_config if pass_config is not None else {}
+    for name in known:
+        key = f"rtask.{name}"
+        if key in config:
+            value = config[key]
+            values[name] = value if isinstance(value, (bool, type(None))) else _plain(value)
+    values.update({k: v for k, v in explicit.items() if v is not None})
+    return RTaskOptions(**values).validate()
+
+
+def _plain(value):
+    """FFI strings and integers from a PassContext turned into Python values."""
+    if isinstance(value, str):
+        return str(value)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)

@@ -1,0 +1,101 @@
+"""Operator fusion that keeps independent branches independent.
+
+TVM's ``FuseOps`` groups an operator with the producers it post-dominates. When an operator
+joins two *independent* branches (``add(matmul(x, w1), matmul(x, w2))``) it fuses the join into
+one branch, and the other branch becomes a predecessor of that group: the two matmuls can no
+longer run side by side (TVM_NOTES.md). Rammer needs those waves.
+
+``FuseKeepingWaves`` runs TVM's own ``FuseOps`` + ``FuseTIR`` but first marks every such join as
+opaque (op pattern 8) for that call site only, so nothing is fused into or through it. A join
+whose producers are ordered (one is an ancestor of the other, as in softmax or a residual add
+after its own branch) loses no parallelism and stays fusable.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .dataflow import as_tir_call, handle, main_dataflow, replace_block
+
+OPAQUE = 8
+
+
+def _independent_joins(block: relax.DataflowBlock) -> set[int]:
+    """Indices of call_tir bindings that read from two producers unordered by ancestry."""
+    producer: dict[int, int] = {}
+    ancestors: list[int] = []  # bitset of binding indices per binding
+    joins = set()
+    for i, binding in enumerate(block.bindings):
+        preds = []
+        for var in relax.analysis.free_vars(binding.value):
+            j = producer.get(handle(var))
+            if j is not None:
+                preds.append(j)
+        mask = 0
+        for j in preds:
+            mask |= ancestors[j] | (1 << j)
+        ancestors.append(mask)
+        producer[handle(binding.var)] = i
+        if as_tir_call(binding.value) is None or len(preds) < 2:
+            continue
+        for a in preds:
+            for b in preds:
+                if a < b and not (ancestors[b] >> a) & 1:
+                    joins.add(i)
+    return joins
+
+
+def _mark_joins_opaque(mod: tvm.IRModule) -> tvm.IRModule:
+    func = mod["main"]
+    found = main_dataflow(func)
+    if found is None:
+        return mod
+    index, block = found
+    joins = _independent_joins(block)
+    if not joins:
+        return mod
+    bindings = list(block.bindings)
+    builder = relax.BlockBuilder(mod)
+    for i in sorted(joins):
+        binding = bindings[i]
+        call = as_tir_call(binding.value)
+        prim = mod[call.gvar]
+        if int(prim.attrs.get("op_pattern", OPAQUE)) == OPAQUE:
+            continue
+        gvar = builder.add_func(prim.with_attr("op_pattern", OPAQUE), f"{call.gvar.name_hint}_join")
+        value = relax.op.call_tir(gvar, relax.Tuple(call.args), call.out_ty)
+        bindings[i] = relax.VarBinding(binding.var, value)
+    mod = builder.get()
+    mod["main"] = replace_block(func, index, bindings)
+    return mod
+
+
+@tvm.transform.module_pass(opt_level=0, name="FuseKeepingWaves")
+class FuseKeepingWaves:
+    """FuseOps + FuseTIR without chaining independent branches (expects annotated patterns)."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        mod = _mark_joins_opaque(mod)
+        mod = relax.transform.FuseOps()(mod)
+        mod = relax.transform.FuseTIR()(mod)
+        return relax.transform.DeadCodeElimination()(mod)
+
+
+def prepare_pipeline(fusion: str = "fuseops") -> tvm.transform.Pass:
+    """Legalize, annotate, fold constants and fuse: the Relax module the planner expects.
+
+    ``fusion`` is ``"fuseops"`` (TVM's FuseOps kept from chaining branches) or ``"none"``.
+    """
+    passes = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+    ]
+    if fusion == "fuseops":
+        passes.append(FuseKeepingWaves())
+    elif fusion != "none":
+        from ..errors import OptionError
+
+        raise OptionError(f"fusion must be 'fuseops' or 'none', not {fusion!r}")
+    return tvm.transform.Sequential(passes, name="RTaskPrepare")

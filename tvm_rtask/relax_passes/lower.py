@@ -1,0 +1,118 @@
+"""``LowerRPrograms``: replace each rProgram's bindings by one call to its persistent PrimFunc.
+
+Tensors produced and consumed inside one rProgram become workspace of the persistent function;
+those read later (or leaving the dataflow block) become its outputs. Ordinary calls keep their
+original binding. The original Relax Vars are rebound, so the rest of ``main`` is untouched.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ..core import OrdinaryCall, Plan, RProgram
+from ..errors import PlanError
+from ..tir.cpu_dispatch import (
+    CPUProgramCode,
+    KernelCall,
+    TensorDecl,
+    build_cpu_dispatcher,
+    scripts_from_program,
+    waves_from_program,
+)
+from .dataflow import replace_block, static_shape
+from .extract import ExtractedGraph, extract_graph
+from .plan import PLAN_ATTR
+
+
+def _decl(name: str, expr: relax.Expr) -> TensorDecl:
+    ty = expr.ty
+    return TensorDecl(name, static_shape(ty), str(ty.dtype))
+
+
+def _program_tensors(program: RProgram, plan: Plan, consumers: dict, escaping: set):
+    """Inputs, outputs and workspaces of a program, each in first-use order."""
+    ops = program.ops()
+    inside = set(ops)
+    produced = [t for op in ops for t in plan.graph.op(op).outputs]
+    produced_set = set(produced)
+    inputs: list[str] = []
+    for op in ops:
+        for t in plan.graph.op(op).inputs:
+            if t not in produced_set and t not in inputs:
+                inputs.append(t)
+    outputs = [
+        t for t in produced if t in escaping or any(c not in inside for c in consumers.get(t, ()))
+    ]
+    if not outputs:
+        outputs = produced[-1:]
+    workspaces = [t for t in produced if t not in outputs]
+    return inputs, outputs, workspaces
+
+
+def _lower_program(
+    k: int,
+    program: RProgram,
+    plan: Plan,
+    mod: tvm.IRModule,
+    extracted: ExtractedGraph,
+    consumers: dict,
+    builder: relax.BlockBuilder,
+) -> list[relax.Binding]:
+    tensors = extracted.tensors
+    inputs, outputs, workspaces = _program_tensors(program, plan, consumers, extracted.escaping)
+    calls = {}
+    for op_name in program.ops():
+        op = plan.graph.op(op_name)
+        calls[op_name] = KernelCall(mod[op.func], [*op.inputs, *op.outputs])
+    code = CPUProgramCode(
+        params=[_decl(t, tensors[t]) for t in (*inputs, *outputs)],
+        workspaces=[_decl(t, tensors[t]) for t in workspaces],
+        calls=calls,
+        num_veu=program.num_veu,
+    )
+    barrier = plan.options.get("barrier", "fine")
+    if barrier == "fine":
+        code.scripts = scripts_from_program(program)
+    else:
+        code.waves = waves_from_program(program)
+    timeout_us = int(plan.options.get("spin_timeout_ms", 60_000)) * 1000
+    func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us)
+    gvar = builder.add_func(func, f"rprogram_{k}")
+    args = relax.Tuple([tensors[t] for t in inputs])
+    if len(outputs) == 1:
+        value = relax.op.call_tir(gvar, args, tensors[outputs[0]].ty)
+        return [relax.VarBinding(tensors[outputs[0]], value)]
+    out_tys = [tensors[t].ty for t in outputs]
+    packed = relax.DataflowVar(f"rprogram_{k}_out", relax.TupleType(out_tys))
+    bindings = [relax.VarBinding(packed, relax.op.call_tir(gvar, args, out_tys))]
+    for i, t in enumerate(outputs):
+        bindings.append(relax.VarBinding(tensors[t], relax.TupleGetItem(packed, i)))
+    return bindings
+
+
+@tvm.transform.module_pass(opt_level=0, name="LowerRPrograms")
+class LowerRPrograms:
+    """Turn the plan stored by ``PlanRPrograms`` into persistent PrimFuncs called from ``main``."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        if mod.attrs is None or PLAN_ATTR not in mod.attrs:
+            raise PlanError("LowerRPrograms needs a plan: run PlanRPrograms first")
+        plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]))
+        extracted = extract_graph(mod)
+        if [op.name for op in extracted.operators] != [op.name for op in plan.graph.ops]:
+            raise PlanError("the module changed between PlanRPrograms and LowerRPrograms")
+        consumers: dict[str, set[str]] = {}
+        for op in plan.graph.ops:
+            for t in op.inputs:
+                consumers.setdefault(t, set()).add(op.name)
+        builder = relax.BlockBuilder(mod)
+        bindings: list[relax.Binding] = []
+        for k, step in enumerate(plan.steps):
+            if isinstance(step, OrdinaryCall):
+                bindings.append(extracted.bindings[step.op])
+            else:
+                bindings += _lower_program(k, step, plan, mod, extracted, consumers, builder)
+        mod = builder.get()
+        mod["main"] = replace_block(mod["main"], extracted.block_index, bindings)
+        return relax.transform.DeadCodeElimination()(mod)

@@ -1,0 +1,39 @@
+"""The whole rTask pipeline as one pass: prepare (legalize, fold, fuse), plan, lower."""
+
+from __future__ import annotations
+
+import tvm
+
+from ..options import resolve_options
+from .fuse import prepare_pipeline
+from .lower import LowerRPrograms
+from .plan import PlanRPrograms
+
+
+@tvm.transform.module_pass(opt_level=0, name="RTaskPrepare")
+class RTaskPrepare:
+    """Legalize, annotate patterns, fold constants and fuse with the ``fusion`` option."""
+
+    def __init__(self, fusion: str | None = None) -> None:
+        self.fusion = fusion
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        options = resolve_options({"fusion": self.fusion}, ctx.config)
+        return prepare_pipeline(options.fusion)(mod)
+
+
+def rtask_pipeline(target="llvm", **options) -> tvm.transform.Pass:
+    """``Sequential([RTaskPrepare, PlanRPrograms, LowerRPrograms])`` for ``target``.
+
+    Options (``policy``, ``barrier``, ``num_veu``, ...) are checked now, so a typo fails at
+    construction rather than deep inside a build.
+    """
+    resolve_options({k: v for k, v in options.items() if v is not None})
+    return tvm.transform.Sequential(
+        [
+            RTaskPrepare(options.get("fusion")),
+            PlanRPrograms(target, **options),
+            LowerRPrograms(),
+        ],
+        name="RTaskPipeline",
+    )

@@ -1,0 +1,143 @@
+"""The real architectures the ``onnx`` package ships, with seeded random weights.
+
+``onnx/backend/test/data/light`` holds AlexNet, DenseNet-121, Inception v1/v2, ResNet-50,
+ShuffleNet, SqueezeNet, VGG-19 and ZFNet-512 with every weight produced by a
+``ConstantOfShape`` node (one repeated value), which tests little. :func:`load_light_model`
+replaces each such node by a seeded random initializer: He-scaled weights, BatchNorm
+variances positive, BatchNorm scales near one. ONNX Runtime then gives the reference.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+LIGHT_MODELS = (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
+
+
+def light_model_path(name: str) -> str:
+    """Path of ``light_<name>.onnx`` inside the installed onnx package."""
+    import onnx
+
+    if name not in LIGHT_MODELS:
+        raise ValueError(f"unknown light model {name!r}; known: {', '.join(LIGHT_MODELS)}")
+    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    return os.path.join(root, f"light_{name}.onnx")
+
+
+def _batchnorm_roles(graph) -> dict[str, str]:
+    roles = {}
+    for node in graph.node:
+        if node.op_type == "BatchNormalization":
+            for role, name in zip(("x", "scale", "bias", "mean", "var"), node.input):
+                roles[name] = role
+    return roles
+
+
+def _random_tensor(shape: tuple[int, ...], role: str, rng: np.random.Generator) -> np.ndarray:
+    if role == "var":
+        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    if role == "scale":
+        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    if role in ("bias", "mean") or len(shape) <= 1:
+        return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    return (np.sqrt(2.0 / max(fan_in, 1)) * rng.standard_normal(shape)).astype(np.float32)
+
+
+def load_light_model(name: str, seed: int = 0, expose_logits: bool = True):
+    """The light model ``name`` with its ConstantOfShape weights replaced by random tensors.
+
+    With random weights the final softmax of a deep residual net saturates to one-hot, which
+    would hide numeric errors; ``expose_logits`` adds the softmax's input as a second output.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(light_model_path(name))
+    graph = model.graph
+    rng = np.random.default_rng(seed)
+    inits = {t.name: t for t in graph.initializer}
+    roles = _batchnorm_roles(graph)
+    keep_nodes, weights = [], {}
+    for node in graph.node:
+        if node.op_type == "ConstantOfShape" and node.input[0] in inits:
+            shape = tuple(int(d) for d in numpy_helper.to_array(inits[node.input[0]]))
+            out = node.output[0]
+            weights[out] = _random_tensor(shape, roles.get(out, "weight"), rng)
+        else:
+            keep_nodes.append(node)
+    used = {i for n in keep_nodes for i in n.input}
+    new_inits = [t for t in graph.initializer if t.name in used and t.name not in weights]
+    new_inits += [numpy_helper.from_array(a, name=n) for n, a in weights.items()]
+    # IR version 4 lets initializers stay out of the graph inputs, so they become constants.
+    model.ir_version = max(model.ir_version, 4)
+    inputs = [i for i in graph.input if i.name not in weights and i.name not in inits]
+    del graph.node[:]
+    graph.node.extend(keep_nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(new_inits)
+    del graph.input[:]
+    graph.input.extend(inputs)
+    if expose_logits:
+        _expose_softmax_input(model)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _expose_softmax_input(model) -> None:
+    import onnx
+
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    outputs = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        if node.op_type == "Softmax" and node.output[0] in outputs:
+            info = inferred.get(node.input[0])
+            if info is None:
+                info = onnx.helper.make_tensor_value_info(
+                    node.input[0], onnx.TensorProto.FLOAT, None
+                )
+            model.graph.output.append(info)
+
+
+def random_inputs(model, seed: int = 1) -> dict[str, np.ndarray]:
+    """Seeded standard-normal values for every graph input (static shapes required)."""
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for inp in model.graph.input:
+        shape = tuple(d.dim_value for d in inp.type.tensor_type.shape.dim)
+        dtype = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
+        out[inp.name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+def onnxruntime_outputs(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The model's outputs from ONNX Runtime on the CPU: the independent reference."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, inputs)
+
+
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    """max |actual - expected| / max |expected| (0 when both are zero)."""
+    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected))) if expected.size else 0.0
+    return diff / scale if scale else diff
