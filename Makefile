@@ -1,0 +1,39 @@
+# Developer entry points.  `make test` is what CI runs (.ci/run).
+#   make venv   create .venv and install the package editable with its dev extras
+#   make test   run the test suite (without the tests marked slow)
+#   make test-all  run every test, slow ones included
+#   make demo   run the demo (python -m tvm_rtask.demo)
+#   make lint   ruff check
+# The install is redone only when pyproject.toml, CMakeLists.txt or src/ change (stamp file).
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.tvm-rtask-installed
+INSTALL_DEPS := pyproject.toml CMakeLists.txt $(wildcard src/*)
+
+.PHONY: venv test test-all demo lint clean
+
+venv: $(STAMP)
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(INSTALL_DEPS) | $(VPY)
+	$(VPY) -m pip install -e ".[dev]"
+	touch $@
+
+test: venv
+	$(VPY) -m pytest -q -m "not slow"
+
+test-all: venv
+	$(VPY) -m pytest -q
+
+demo: venv
+	$(VPY) -m tvm_rtask.demo
+
+lint: venv
+	$(VPY) -m ruff check .
+
+clean:
+	rm -rf build dist $(STAMP)

@@ -1,0 +1,158 @@
+"""Locate and load the native runtime library ``libtvm_rtask_runtime.so``.
+
+The library (built from ``src/step_array.c`` by CMake through scikit-build-core) holds the
+CPU step-array primitives that TVM-generated code calls with ``T.call_extern``:
+
+- ``int32_t tvm_rtask_cpu_signal(int32_t* step, int32_t value)``
+- ``int32_t tvm_rtask_cpu_wait(int32_t* step, int32_t target, int32_t* status,
+  int64_t timeout_us, int32_t waiter_veu, int32_t target_veu)``
+- ``int32_t tvm_rtask_cpu_status_ok(int32_t* status)``
+- ``const char* tvm_rtask_runtime_version(void)``
+
+:func:`load` opens it once with ``RTLD_GLOBAL``, so that its symbols resolve for TVM's LLVM
+JIT (``tvm.compile(..., target="llvm")``) and for modules loaded later with
+``tvm.runtime.load_module``.  Modules exported with
+:func:`tvm_rtask.runtime.export.export_library` link the library themselves and need no
+:func:`load`.
+
+This module imports neither TVM nor numpy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from pathlib import Path
+
+__all__ = [
+    "ENV_VAR",
+    "LIBRARY_NAME",
+    "STATUS_WORDS",
+    "candidate_paths",
+    "library_path",
+    "load",
+    "runtime_version",
+]
+
+#: File name of the native library.
+LIBRARY_NAME = (
+    "libtvm_rtask_runtime.dylib" if sys.platform == "darwin" else "libtvm_rtask_runtime.so"
+)
+#: Environment variable naming the library file; searched after the install locations.
+ENV_VAR = "TVM_RTASK_RUNTIME_LIB"
+#: Length of the status array that ``tvm_rtask_cpu_wait`` writes on failure:
+#: [failed, waiter_veu, target_veu, target_step, seen_step].
+STATUS_WORDS = 5
+
+_LOCK = threading.Lock()
+_LIB: ctypes.CDLL | None = None
+
+
+def _package_dirs() -> list[Path]:
+    """Directories of the ``tvm_rtask`` package.
+
+    In a wheel install that is one directory in site-packages.  In a scikit-build-core
+    editable (redirect) install ``tvm_rtask.__path__`` lists the install tree in
+    site-packages (which holds ``lib/``) first and the source tree second.
+    """
+    dirs: list[Path] = []
+    pkg = sys.modules.get("tvm_rtask")
+    for entry in list(getattr(pkg, "__path__", None) or []):
+        dirs.append(Path(entry))
+    dirs.append(Path(__file__).resolve().parent.parent)
+    unique: list[Path] = []
+    for d in dirs:
+        if d not in unique:
+            unique.append(d)
+    return unique
+
+
+def _build_dirs() -> list[Path]:
+    """CMake build trees of a source checkout (``build/{wheel_tag}`` from pyproject.toml,
+    or a plain ``cmake -B build``)."""
+    root = Path(__file__).resolve().parent.parent.parent
+    if not (root / "CMakeLists.txt").is_file():
+        return []
+    build = root / "build"
+    dirs = [build]
+    if build.is_dir():
+        dirs += sorted(p for p in build.iterdir() if p.is_dir())
+    return dirs
+
+
+def candidate_paths() -> list[Path]:
+    """Every place :func:`library_path` looks, in order."""
+    paths = [d / "lib" / LIBRARY_NAME for d in _package_dirs()]
+    paths += [d / LIBRARY_NAME for d in _build_dirs()]
+    env = os.environ.get(ENV_VAR)
+    if env:
+        paths.append(Path(env))
+    return paths
+
+
+def library_path() -> str:
+    """Absolute path of the native library.
+
+    Searched in order: the package's ``lib/`` directory (wheel install, or the install
+    tree of an editable install), the CMake build trees under ``build/`` of a source
+    checkout, then the file named by ``$TVM_RTASK_RUNTIME_LIB``.
+
+    Raises
+    ------
+    RuntimeError
+        When no candidate exists; the message lists the paths searched.
+    """
+    paths = candidate_paths()
+    for path in paths:
+        if path.is_file():
+            return str(path.resolve())
+    searched = "\n  ".join(str(p) for p in paths)
+    raise RuntimeError(
+        f"tvm-rtask: the native runtime library {LIBRARY_NAME} was not found. Searched:\n"
+        f"  {searched}\n"
+        f"Reinstall the package so that CMake builds it: `pip install -e .` in the source "
+        f"checkout (or `make venv`), or set {ENV_VAR} to the library file."
+    )
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    i32, i64, p32 = ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_int32)
+    lib.tvm_rtask_cpu_signal.argtypes = [p32, i32]
+    lib.tvm_rtask_cpu_signal.restype = i32
+    lib.tvm_rtask_cpu_wait.argtypes = [p32, i32, p32, i64, i32, i32]
+    lib.tvm_rtask_cpu_wait.restype = i32
+    lib.tvm_rtask_cpu_status_ok.argtypes = [p32]
+    lib.tvm_rtask_cpu_status_ok.restype = i32
+    lib.tvm_rtask_runtime_version.argtypes = []
+    lib.tvm_rtask_runtime_version.restype = ctypes.c_char_p
+
+
+def load() -> ctypes.CDLL:
+    """Load the native library once (``RTLD_GLOBAL``) and return it.
+
+    The returned ``ctypes.CDLL`` has argument and result types declared for the four
+    exported functions, so it can be called directly from Python (tests, host checks).
+    """
+    global _LIB
+    if _LIB is not None:
+        return _LIB
+    with _LOCK:
+        if _LIB is None:
+            path = library_path()
+            try:
+                lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError as err:
+                raise RuntimeError(
+                    f"tvm-rtask: could not load the native runtime library {path}: {err}. "
+                    "Reinstall with `pip install -e .`."
+                ) from err
+            _declare(lib)
+            _LIB = lib
+    return _LIB
+
+
+def runtime_version() -> str:
+    """Version string compiled into the native library."""
+    return load().tvm_rtask_runtime_version().decode()
