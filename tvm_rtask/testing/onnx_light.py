@@ -40,7 +40,7 @@ def _batchnorm_roles(graph) -> dict[str, str]:
     roles = {}
     for node in graph.node:
         if node.op_type == "BatchNormalization":
-            for role, name in zip(("x", "scale", "bias", "mean", "var"), node.input):
+            for role, name in zip(("x", "scale", "bias", "mean", "var"), node.input, strict=False):
                 roles[name] = role
     return roles
 

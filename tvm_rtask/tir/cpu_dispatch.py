@@ -37,11 +37,19 @@ TIMEOUT_MESSAGE = (
 
 @dataclass(frozen=True)
 class Run:
-    """Run rTasks ``start .. stop-1`` of one operator's rKernel, in order."""
+    """Run rTasks ``start, start + step, ...`` (``count`` of them) of one operator's rKernel.
+
+    A run is emitted as one loop, so a vEU that runs every ``num_veu``-th rTask of an
+    operator (the usual wavefront placement) costs one copy of the kernel, not one per rTask.
+    """
 
     op: str
     start: int
-    stop: int
+    count: int = 1
+    step: int = 1
+
+    def ids(self) -> range:
+        return range(self.start, self.start + self.count * self.step, self.step)
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ def id_of(obj) -> int:
 def _instantiate(call: KernelCall, buffers: dict[str, tirx.Var], run: Run) -> tirx.Stmt:
     """A fresh copy of the rKernel body bound to program buffers, limited to ``run``'s rTasks."""
     func = s_tir.renew_defs(call.func)
-    mapping = {param: buffers[name] for param, name in zip(func.params, call.args)}
+    mapping = {param: buffers[name] for param, name in zip(func.params, call.args, strict=True)}
     body = _substitute_vars(func.body, mapping)
     found = []
 
@@ -123,16 +131,18 @@ def _instantiate(call: KernelCall, buffers: dict[str, tirx.Var], run: Run) -> ti
         if CHUNK_ANNOTATION not in loop.annotations:
             return loop
         found.append(loop)
+        dtype = str(loop.extent.ty)
+        index = tirx.Var(f"{loop.loop_var.name}_run", dtype)
+        rtask_id = tirx.Add(IntImm(dtype, run.start), tirx.Mul(IntImm(dtype, run.step), index))
+        body = tvm_ffi.structural_map(
+            loop.body, (tirx.Var, lambda v: rtask_id if v.same_as(loop.loop_var) else v)
+        )
         return tirx.For(
-            loop.loop_var,
-            IntImm(str(loop.extent.ty), run.start),
-            IntImm(str(loop.extent.ty), run.stop - run.start),
-            tirx.ForKind.SERIAL,
-            loop.body,
+            index, IntImm(dtype, 0), IntImm(dtype, run.count), tirx.ForKind.SERIAL, body
         )
 
     body = tvm_ffi.structural_map(body, (tirx.For, narrow))
-    if not found and (run.start, run.stop) != (0, 1):
+    if not found and list(run.ids()) != [0]:
         raise ValueError(f"rKernel of {run.op} has no chunk loop but rTasks {run} were requested")
     return body
 
@@ -236,7 +246,7 @@ def build_cpu_dispatcher(
 
 
 def _runs(tasks: list, cut_after: set[int], first_order: int = 0) -> list[tuple[Run, int]]:
-    """Group consecutive rTasks of one operator with consecutive ids into runs.
+    """Group consecutive rTasks of one operator with evenly spaced ids into runs.
 
     Returns ``(run, order of its last task)`` pairs; a run ends at every order in
     ``cut_after`` so that a signal can follow that task.
@@ -246,10 +256,12 @@ def _runs(tasks: list, cut_after: set[int], first_order: int = 0) -> list[tuple[
         order = first_order + offset
         if out:
             last, last_order = out[-1]
-            if last.op == task.op and last.stop == task.rtask_id and last_order not in cut_after:
-                out[-1] = (Run(last.op, last.start, task.rtask_id + 1), order)
+            step = task.rtask_id - last.start if last.count == 1 else last.step
+            follows = step > 0 and task.rtask_id == last.start + last.count * step
+            if last.op == task.op and follows and last_order not in cut_after:
+                out[-1] = (Run(last.op, last.start, last.count + 1, step), order)
                 continue
-        out.append((Run(task.op, task.rtask_id, task.rtask_id + 1), order))
+        out.append((Run(task.op, task.rtask_id), order))
     return out
 
 
@@ -261,30 +273,30 @@ def scripts_from_program(program: RProgram) -> list[list[Run | Wait | Signal]]:
             if isinstance(item, Barrier):
                 for u, order in item.waits:
                     waited[u].add(order)
-    scripts = []
-    for veu, entries in enumerate(program.entries):
-        script: list[Run | Wait | Signal] = []
-        order = 0
-        pending: list = []
+    return [_script(entries, waited[veu]) for veu, entries in enumerate(program.entries)]
 
-        def flush() -> None:
-            nonlocal order
-            for run, last in _runs(pending, waited[veu], order):
-                script.append(run)
-                if last in waited[veu]:
-                    script.append(Signal(last + 1))
-            order += len(pending)
-            pending.clear()
 
-        for item in entries:
-            if isinstance(item, Barrier):
-                flush()
-                script.append(Wait(tuple((u, j + 1) for u, j in item.waits)))
-            else:
-                pending.append(item)
-        flush()
-        scripts.append(script)
-    return scripts
+def _script(entries: list, waited: set[int]) -> list[Run | Wait | Signal]:
+    """One vEU's script: its tasks as runs, a Wait per barrier, a Signal after waited tasks."""
+    script: list[Run | Wait | Signal] = []
+    segments: list[list] = [[]]
+    for item in entries:
+        if isinstance(item, Barrier):
+            segments.append(item)
+            segments.append([])
+        else:
+            segments[-1].append(item)
+    order = 0
+    for segment in segments:
+        if isinstance(segment, Barrier):
+            script.append(Wait(tuple((u, j + 1) for u, j in segment.waits)))
+            continue
+        for run, last in _runs(segment, waited, order):
+            script.append(run)
+            if last in waited:
+                script.append(Signal(last + 1))
+        order += len(segment)
+    return script
 
 
 def waves_from_program(program: RProgram) -> list[list[list[Run]]]:

@@ -33,7 +33,7 @@ def _leading_spatial_loops(sch: s_tir.Schedule, block) -> list:
     info = get_sblock_info(sch, block)
     loops = sch.get_loops(block)
     prefix = []
-    for loop, it in zip(loops, info.iters):
+    for loop, it in zip(loops, info.iters, strict=False):
         if it.kind != "S" or not sch.get(loop).same_as(sch.get(it.loop_rv)):
             break
         prefix.append(loop)
@@ -92,8 +92,8 @@ def make_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
 
     extents = [int(sch.get(loop).extent) for loop in loops]
     count, total = 0, 1
-    for count, extent in enumerate(extents, start=1):
-        total *= extent
+    for extent in extents:
+        count, total = count + 1, total * extent
         if total >= max_rtasks:
             break
     fused = sch.fuse(*loops[:count]) if count > 1 else loops[0]

@@ -1,0 +1,69 @@
+"""FuseKeepingWaves keeps independent branches independent, unlike plain FuseOps."""
+
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+from tvm_rtask.core import RGraph
+from tvm_rtask.relax_passes import FuseKeepingWaves, extract_graph
+
+
+@tvm.script.ir_module
+class TwoBranches:
+    @R.function
+    def main(
+        x: R.Tensor((8, 8), "float32"),
+        w1: R.Tensor((8, 8), "float32"),
+        w2: R.Tensor((8, 8), "float32"),
+    ):
+        with R.dataflow():
+            a = R.matmul(x, w1)
+            b = R.matmul(x, w2)
+            c = R.add(a, b)
+            d = R.nn.relu(c)
+            R.output(d)
+        return d
+
+
+@tvm.script.ir_module
+class Softmaxish:
+    @R.function
+    def main(x: R.Tensor((4, 16), "float32")):
+        with R.dataflow():
+            m = R.max(x, axis=1, keepdims=True)
+            e = R.exp(R.subtract(x, m))
+            s = R.sum(e, axis=1, keepdims=True)
+            y = R.divide(e, s)
+            R.output(y)
+        return y
+
+
+def _annotated(mod):
+    seq = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern()]
+    return tvm.transform.Sequential(seq)(mod)
+
+
+def _waves(mod):
+    return RGraph(extract_graph(mod).operators).waves()
+
+
+def test_plain_fuseops_chains_independent_branches():
+    """The defect we work around: FuseOps puts one matmul behind the other."""
+    fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(_annotated(TwoBranches)))
+    waves = _waves(fused)
+    assert max(len(w) for w in waves) == 1
+
+
+def test_fuse_keeping_waves_keeps_both_matmuls_in_one_wave():
+    fused = FuseKeepingWaves()(_annotated(TwoBranches))
+    waves = _waves(fused)
+    assert len(waves[0]) == 2
+    funcs = {op.func for op in extract_graph(fused).operators if op.name in waves[0]}
+    assert all("matmul" in f for f in funcs)
+
+
+def test_ordered_joins_still_fuse():
+    """Softmax joins an op with its own ancestor: no parallelism to lose, so it fuses."""
+    plain = _annotated(Softmaxish)
+    fused = FuseKeepingWaves()(plain)
+    assert len(extract_graph(fused).operators) < len(extract_graph(plain).operators)

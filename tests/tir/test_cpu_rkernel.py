@@ -1,0 +1,59 @@
+"""CPU rKernels: chunk loops, rTask counts, and numerics equal to the original operator."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm.script import relax as R
+
+from tvm_rtask.relax_passes import prepare_pipeline
+from tvm_rtask.tir.cpu_rkernel import CHUNK_ANNOTATION, make_cpu_rkernel
+
+
+@tvm.script.ir_module
+class ConvBiasRelu:
+    @R.function
+    def main(
+        x: R.Tensor((1, 8, 12, 12), "float32"),
+        w: R.Tensor((16, 8, 3, 3), "float32"),
+        b: R.Tensor((1, 16, 1, 1), "float32"),
+    ):
+        with R.dataflow():
+            y = R.nn.relu(R.add(R.nn.conv2d(x, w, padding=1), b))
+            R.output(y)
+        return y
+
+
+def _fused_func():
+    mod = prepare_pipeline()(ConvBiasRelu)
+    (name,) = [g.name_hint for g in mod.get_global_vars() if g.name_hint != "main"]
+    return mod[name]
+
+
+@pytest.mark.parametrize("max_rtasks", [1, 3, 4, 16, 1000])
+def test_rkernel_matches_operator(max_rtasks):
+    func = _fused_func()
+    kernel = make_cpu_rkernel(func, max_rtasks)
+    assert 1 <= kernel.num_rtasks <= max(max_rtasks, 1)
+    if max_rtasks > 1:
+        assert kernel.num_rtasks > 1
+        assert CHUNK_ANNOTATION in kernel.func.script()
+    rng = np.random.default_rng(0)
+    args = [
+        rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32") for p in func.params
+    ]
+    results = []
+    for f in (func, kernel.func):
+        lib = tvm.compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), "llvm")
+        tensors = [tvm.runtime.tensor(a) for a in args]
+        lib["main"](*tensors)
+        results.append(tensors[-1].numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
+
+
+def test_rtask_count_bounded_by_spatial_extent_and_request():
+    spatial = 1 * 16 * 12 * 12  # N*C*H*W of the output
+    kernel = make_cpu_rkernel(_fused_func(), 1000)
+    assert kernel.num_rtasks <= 1000
+    chunk = -(-spatial // 1000)
+    assert kernel.num_rtasks == -(-spatial // chunk)
+    assert make_cpu_rkernel(_fused_func(), 10**6).num_rtasks == spatial
