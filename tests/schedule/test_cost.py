@@ -1,0 +1,52 @@
+import pytest
+
+from tests.core.graphs import op
+from tvm_rtask.core import DEVICE_SPECS, RKernel, ROperator, VDevice
+from tvm_rtask.schedule import AnalyticalCostModel
+
+
+def test_roofline_per_rtask():
+    cost = AnalyticalCostModel(task_overhead_us=0.0)
+    vd = VDevice.cpu(4)  # 4 cores x 50 GFLOP/s, 20 GB/s
+    compute = op("a", ["x"], 4, flops=8e6, nbytes=0)
+    # 2e6 FLOP per rTask at 50 GFLOP/s per vEU = 40 us
+    assert cost.rtask_us(compute, compute.rkernels[0], vd) == pytest.approx(40.0)
+    memory = op("b", ["x"], 4, flops=0, nbytes=4e5)
+    # 1e5 B per rTask at 20/4 GB/s per vEU = 20 us
+    assert cost.rtask_us(memory, memory.rkernels[0], vd) == pytest.approx(20.0)
+
+
+def test_overhead_and_measured_time():
+    cost = AnalyticalCostModel(task_overhead_us=0.25)
+    vd = VDevice.cpu(2)
+    empty = op("z", ["x"], 2, flops=0, nbytes=0)
+    assert cost.rtask_us(empty, empty.rkernels[0], vd) == 0.25
+    k = RKernel("m", 3, est_us=7.5)
+    measured = ROperator("m", "f", rkernels=[k], flops=1e12)
+    assert cost.rtask_us(measured, k, vd) == 7.5
+    assert cost.kernel_us(measured, k, vd) == 15.0  # 3 rTasks on 2 vEUs: 2 rounds
+    assert cost.work_us(measured, k, vd) == 22.5
+
+
+def test_fewer_veus_than_sms_do_not_get_more_than_one_sm():
+    cost = AnalyticalCostModel(task_overhead_us=0.0)
+    spec = DEVICE_SPECS["h100"]
+    o = op("a", ["x"], 1, flops=67e6, nbytes=0)
+    few = VDevice.cuda(spec, 256, 32, num_veu=8)
+    full = VDevice.cuda(spec, 256, 32, num_veu=264)
+    # one SM: 67e6 FLOP / (67 TFLOP/s / 132) = 132 us; two blocks per SM: twice that
+    assert cost.rtask_us(o, o.rkernels[0], few) == pytest.approx(132.0)
+    assert cost.rtask_us(o, o.rkernels[0], full) == pytest.approx(264.0)
+
+
+def test_fastest_and_most_efficient():
+    cost = AnalyticalCostModel(task_overhead_us=1.0)
+    vd = VDevice.cpu(4)
+    o = op("a", ["x"], [1, 4, 8], flops=4e6, nbytes=0)
+    # per rTask: 80+1, 20+1, 10+1 us; alone: 81, 21, 22; work: 81, 84, 88
+    assert cost.fastest(o, vd).name == "a@4"
+    assert cost.most_efficient(o, vd).name == "a@1"
+    assert cost.ordinary_us(o, vd) == pytest.approx(21.0)
+    ext = ROperator("e", "", flops=4e6, supported=False)
+    assert cost.ordinary_us(ext, vd) == pytest.approx(21.0)  # as if one task per vEU
+    assert cost.launch_us(vd) == 5.0 and cost.barrier_us(vd) == 1.0

@@ -1,0 +1,545 @@
+"""rProgram: ``prog[veu][order]`` of rTasks and barrier rTasks (Rammer section 3.3).
+
+One rProgram becomes one persistent kernel. A vEU runs its entries in order; a barrier
+waits until ``step[u] > j`` for each of its ``(u, j)`` pairs, where ``step[u]`` counts the
+rTasks (not barriers) vEU ``u`` has finished. Correctness is checked by ``validate`` with
+vector clocks, so a wrong plan is an error naming the tasks, never a hang on the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CapacityError, DeadlockError, OptionError, PlanError
+from .graph import RGraph
+
+
+@dataclass(frozen=True)
+class RTask:
+    """rTask ``rtask_id`` of operator ``op`` with rKernel ``kernel``; ``wave`` is informative."""
+
+    op: str
+    rtask_id: int
+    kernel: str
+    wave: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """Identity of the task inside a program (the kernel and wave do not distinguish)."""
+        return (self.op, self.rtask_id)
+
+    def __str__(self) -> str:
+        return f"{self.op} rtask {self.rtask_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "rtask_id": self.rtask_id, "kernel": self.kernel, "wave": self.wave}
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """Wait until ``step[veu] > order`` for each ``(veu, order)`` pair (kept sorted)."""
+
+    waits: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "waits", tuple(sorted((int(u), int(j)) for u, j in self.waits)))
+
+    @property
+    def array(self) -> np.ndarray:
+        """The waits as an ``(n, 2)`` int array (cached: the checks use it on every barrier)."""
+        a = self.__dict__.get("_array")
+        if a is None:
+            a = np.array(self.waits, dtype=np.int64).reshape(-1, 2)
+            object.__setattr__(self, "_array", a)
+        return a
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"waits": [list(p) for p in self.waits]}
+
+
+Entry = RTask | Barrier
+
+
+class RProgram:
+    """Per-vEU entry lists built with Rammer's ``wait`` / ``append`` API.
+
+    ``append`` keeps barriers minimal: it tracks, per vEU, which order of every other vEU is
+    already known to be finished (a vector clock, transitive through earlier barriers), and
+    emits only the waits that are not known yet.
+    """
+
+    def __init__(self, num_veu: int, name: str = "") -> None:
+        if num_veu < 1:
+            raise OptionError(f"an rProgram needs at least one vEU, got num_veu={num_veu}")
+        self.num_veu = num_veu
+        self.name = name
+        self.entries: list[list[Entry]] = [[] for _ in range(num_veu)]
+        self._pos: dict[tuple[str, int], tuple[int, int]] = {}
+        self._counts = [0] * num_veu
+        self._ops: list[str] = []
+        self._kernels: dict[str, str] = {}
+        self._log: list[tuple[str, int]] = []
+        self._pending: dict[tuple[str, int], dict[int, int]] = {}
+        # _known[v, u]: largest order of vEU u known finished at the current end of vEU v.
+        self._known = np.full((num_veu, num_veu), -1, dtype=np.int64)
+        # _after[_row_of[u][j]]: the clock right after task j of vEU u, to merge into waiters.
+        self._after = np.empty((16, num_veu), dtype=np.int64)
+        self._row_of: list[list[int]] = [[] for _ in range(num_veu)]
+
+    # -- building ----------------------------------------------------------------------
+    def wait(self, task: RTask, deps: Iterable[RTask]) -> None:
+        """Record that ``task`` (not appended yet) must start after the appended ``deps``."""
+        if task.key in self._pos:
+            raise PlanError(
+                f"{task} is already placed in rProgram {self.name!r}: wait before append"
+            )
+        need = self._pending.setdefault(task.key, {})
+        for d in deps:
+            p = self._pos.get(d.key)
+            if p is None:
+                raise PlanError(
+                    f"{task} waits for {d}, which is not in rProgram {self.name!r} yet: "
+                    "append dependencies first"
+                )
+            u, j = p
+            if need.get(u, -1) < j:
+                need[u] = j
+
+    def append(self, task: RTask, veu: int) -> int:
+        """Put ``task`` at the end of ``veu``, after a barrier for its not-yet-known waits.
+
+        Returns the task's order on the vEU.
+        """
+        self._check_veu(veu)
+        if task.key in self._pos:
+            raise PlanError(f"{task} is already in rProgram {self.name!r} at {self._pos[task.key]}")
+        need = self._pending.pop(task.key, None)
+        if need:
+            known = self._known[veu]
+            waits = [(u, j) for u, j in sorted(need.items()) if u != veu and known[u] < j]
+            if waits:
+                self.append_barrier(veu, self._drop_implied(waits))
+        return self._push_task(task, veu)
+
+    def _drop_implied(self, waits: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Drop a wait that another wait of the same barrier already implies.
+
+        Happens-before is a partial order, so the waits no other wait implies remain and
+        together still imply every dropped one.
+        """
+        if len(waits) < 2:
+            return waits
+        us = np.fromiter((u for u, _ in waits), dtype=np.int64, count=len(waits))
+        js = np.fromiter((j for _, j in waits), dtype=np.int64, count=len(waits))
+        after = self._after[[self._row_of[u][j] for u, j in waits]]  # row k: after wait k
+        implied = after[:, us] >= js  # [k, i]: wait k implies wait i
+        np.fill_diagonal(implied, False)
+        keep = ~implied.any(axis=0)
+        return [w for w, k in zip(waits, keep, strict=True) if k]
+
+    def append_barrier(self, veu: int, waits: Iterable[tuple[int, int]]) -> Barrier:
+        """Append a barrier as given, without reduction (for tests and deserialisation)."""
+        self._check_veu(veu)
+        b = Barrier(tuple(waits))
+        self.entries[veu].append(b)
+        rows = [
+            self._row_of[u][j]
+            for u, j in b.waits
+            if 0 <= u < self.num_veu and 0 <= j < self._counts[u]
+        ]
+        if rows:
+            np.maximum(self._known[veu], self._after[rows].max(axis=0), out=self._known[veu])
+        return b
+
+    def _push_task(self, task: RTask, veu: int) -> int:
+        order = self._counts[veu]
+        self.entries[veu].append(task)
+        self._pos[task.key] = (veu, order)
+        self._counts[veu] = order + 1
+        self._known[veu, veu] = order
+        r = len(self._log)
+        if r == len(self._after):
+            self._after = np.concatenate([self._after, np.empty_like(self._after)])
+        self._after[r] = self._known[veu]
+        self._row_of[veu].append(r)
+        self._log.append(task.key)
+        if task.op not in self._kernels:
+            self._kernels[task.op] = task.kernel
+            self._ops.append(task.op)
+        return order
+
+    def _check_veu(self, veu: int) -> None:
+        if not 0 <= veu < self.num_veu:
+            raise PlanError(
+                f"vEU {veu} does not exist in rProgram {self.name!r} ({self.num_veu} vEUs)"
+            )
+
+    # -- trial placement -------------------------------------------------------------------
+    def checkpoint(self) -> tuple:
+        """A token to undo later appends: lets a policy try a placement and take it back."""
+        return (
+            [len(e) for e in self.entries],
+            len(self._log),
+            len(self._ops),
+            self._known.copy(),
+            {k: dict(v) for k, v in self._pending.items()},
+        )
+
+    def rollback(self, token: tuple) -> None:
+        """Undo everything appended since ``checkpoint`` returned ``token``."""
+        lens, nlog, nops, known, pending = token
+        for v, n in enumerate(lens):
+            del self.entries[v][n:]
+        for key in self._log[nlog:]:
+            v, _ = self._pos.pop(key)
+            self._counts[v] -= 1
+            self._row_of[v].pop()
+        del self._log[nlog:]
+        for op in self._ops[nops:]:
+            del self._kernels[op]
+        del self._ops[nops:]
+        self._known = known
+        self._pending = pending
+
+    # -- queries -----------------------------------------------------------------------
+    def position(self, task: RTask) -> tuple[int, int]:
+        """``(veu, order)`` of ``task``."""
+        try:
+            return self._pos[task.key]
+        except KeyError:
+            raise PlanError(f"{task} is not in rProgram {self.name!r}") from None
+
+    def __contains__(self, task: object) -> bool:
+        return isinstance(task, RTask) and task.key in self._pos
+
+    def tasks(self) -> Iterator[RTask]:
+        """All rTasks, vEU by vEU in order."""
+        for es in self.entries:
+            for e in es:
+                if isinstance(e, RTask):
+                    yield e
+
+    def ops(self) -> list[str]:
+        """Operator names in the order their first rTask was appended."""
+        return list(self._ops)
+
+    def kernel_of(self, op: str) -> str:
+        """The rKernel the program runs for ``op``."""
+        try:
+            return self._kernels[op]
+        except KeyError:
+            raise PlanError(f"operator {op!r} is not in rProgram {self.name!r}") from None
+
+    def known_matrix(self) -> np.ndarray:
+        """Read-only view: ``[v, u]`` is the last order of vEU u known done at the end of v."""
+        view = self._known.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def num_tasks(self) -> int:
+        return sum(self._counts)
+
+    @property
+    def num_barriers(self) -> int:
+        return sum(1 for es in self.entries for e in es if isinstance(e, Barrier))
+
+    def count(self, veu: int) -> int:
+        """rTasks (not barriers) on ``veu``: the final value of its step counter."""
+        self._check_veu(veu)
+        return self._counts[veu]
+
+    def is_empty(self) -> bool:
+        return not self._pos
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RProgram) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"RProgram({self.name!r}, {self.num_veu} vEUs, {self.num_tasks} rTasks, "
+            f"{self.num_barriers} barriers, ops={self._ops})"
+        )
+
+    # -- checking ----------------------------------------------------------------------
+    def _describe(self, veu: int, index: int) -> str:
+        """Name a barrier by the task it guards, for error messages."""
+        for e in self.entries[veu][index + 1 :]:
+            if isinstance(e, RTask):
+                return f"barrier before {e} on vEU {veu}"
+        return f"barrier at the end of vEU {veu}"
+
+    def _entry_counts(self) -> list[int]:
+        """rTasks per vEU counted from ``entries`` (they may have been edited by hand)."""
+        return [sum(1 for e in es if isinstance(e, RTask)) for es in self.entries]
+
+    def _check_waits_exist(self, counts: list[int]) -> None:
+        n = self.num_veu
+        limit = np.array([*counts, 0], dtype=np.int64)  # an unknown vEU runs nothing
+        for v, es in enumerate(self.entries):
+            for i, e in enumerate(es):
+                if not isinstance(e, Barrier):
+                    continue
+                if len(e.waits) < 16:  # numpy only pays off on wide barriers
+                    if all(0 <= u < n and 0 <= j < counts[u] for u, j in e.waits):
+                        continue
+                else:
+                    a = e.array
+                    us = np.where((a[:, 0] >= 0) & (a[:, 0] < n), a[:, 0], n)
+                    if ((a[:, 1] >= 0) & (a[:, 1] < limit[us])).all():
+                        continue
+                for u, j in e.waits:
+                    if not 0 <= u < self.num_veu:
+                        raise DeadlockError(
+                            f"{self._describe(v, i)} waits for vEU {u}, but rProgram "
+                            f"{self.name!r} has only {self.num_veu} vEUs"
+                        )
+                    if not 0 <= j < counts[u]:
+                        raise DeadlockError(
+                            f"{self._describe(v, i)} waits for vEU {u} order {j} but vEU {u} "
+                            f"runs only {counts[u]} rTasks"
+                        )
+
+    def execution_order(self) -> list[tuple[int, int]]:
+        """Entries ``(veu, index)`` in an order that respects program order and barriers.
+
+        It is what any run of the program could do, so it is also the deadlock check: a
+        wait for a missing task or a cycle of waits raises DeadlockError naming the barriers.
+        """
+        self._check_waits_exist(self._entry_counts())
+        n = self.num_veu
+        idx = [0] * n
+        pair = [0] * n  # next unchecked pair of the barrier each vEU is blocked on
+        done = [0] * n
+        waiters: dict[tuple[int, int], list[int]] = {}
+        blocked_on: dict[int, tuple[int, int]] = {}
+        out: list[tuple[int, int]] = []
+        stack = list(range(n - 1, -1, -1))
+        while stack:
+            v = stack.pop()
+            es = self.entries[v]
+            i = idx[v]
+            while i < len(es):
+                e = es[i]
+                if isinstance(e, Barrier):
+                    waits = e.waits
+                    k, m = pair[v], len(waits)
+                    while k < m:
+                        u, j = waits[k]
+                        if done[u] <= j:
+                            break
+                        k += 1
+                    if k < m:
+                        pair[v] = k
+                        waiters.setdefault(waits[k], []).append(v)
+                        blocked_on[v] = waits[k]
+                        break
+                    pair[v] = 0
+                    blocked_on.pop(v, None)
+                    out.append((v, i))
+                else:
+                    out.append((v, i))
+                    done[v] += 1
+                    ws = waiters.pop((v, done[v] - 1), None)
+                    if ws:
+                        stack.extend(ws)
+                i += 1
+            idx[v] = i
+        if len(out) < sum(len(es) for es in self.entries):
+            raise DeadlockError(self._cycle_message(idx, blocked_on))
+        return out
+
+    def _cycle_message(self, idx: list[int], blocked_on: dict[int, tuple[int, int]]) -> str:
+        """Each blocked vEU waits on another blocked one (all waits exist), so follow to a loop."""
+        v = min(blocked_on)
+        seen: dict[int, int] = {}
+        path: list[int] = []
+        while v not in seen:
+            seen[v] = len(path)
+            path.append(v)
+            v = blocked_on[v][0]
+        parts = []
+        for w in path[seen[v] :]:
+            u, j = blocked_on[w]
+            parts.append(f"{self._describe(w, idx[w])} waits for vEU {u} order {j}")
+        return (
+            f"rProgram {self.name!r} deadlocks: its barriers wait in a cycle: "
+            + "; ".join(parts)
+            + "; each waits for the next"
+        )
+
+    def validate(self, graph: RGraph, capacity: int | None = None) -> None:
+        """Raise unless the program fits the device, is complete and covers every dependency."""
+        if capacity is not None and self.num_veu > capacity:
+            raise CapacityError(
+                f"rProgram {self.name!r} uses {self.num_veu} vEUs but the device keeps only "
+                f"{capacity} co-resident; fewer vEUs or smaller rTasks are needed"
+            )
+        tasks_of, pos = self._check_tasks(graph)
+        order = self.execution_order()
+        counts = self._entry_counts()
+        base = np.concatenate(([0], np.cumsum(counts)))  # row of (v, j) is base[v] + j
+        before = self._clocks(order, base)
+        self._check_coverage(graph, tasks_of, pos, before, base)
+
+    def _check_tasks(
+        self, graph: RGraph
+    ) -> tuple[dict[str, list[RTask]], dict[tuple[str, int], tuple[int, int]]]:
+        """Each task once, each op complete with one rKernel the graph knows."""
+        tasks_of: dict[str, list[RTask]] = {}
+        pos: dict[tuple[str, int], tuple[int, int]] = {}
+        for v, es in enumerate(self.entries):
+            j = 0
+            for e in es:
+                if not isinstance(e, RTask):
+                    continue
+                if e.key in pos:
+                    u, i = pos[e.key]
+                    raise PlanError(
+                        f"{e} appears twice in rProgram {self.name!r}: on vEU {u} order {i} "
+                        f"and on vEU {v} order {j}"
+                    )
+                pos[e.key] = (v, j)
+                tasks_of.setdefault(e.op, []).append(e)
+                j += 1
+        for op, ts in tasks_of.items():
+            rop = graph.op(op)
+            if not rop.supported:
+                raise PlanError(
+                    f"operator {op!r} is unsupported ({rop.reason or 'no reason given'}) and "
+                    f"cannot run inside rProgram {self.name!r}; keep it an ordinary call"
+                )
+            kernels = sorted({t.kernel for t in ts})
+            if len(kernels) > 1:
+                raise PlanError(
+                    f"operator {op!r} runs with several rKernels {kernels} in rProgram "
+                    f"{self.name!r}; one kernel per operator"
+                )
+            n = rop.kernel(kernels[0]).num_rtasks
+            ids = {t.rtask_id for t in ts}
+            missing = sorted(set(range(n)) - ids)
+            extra = sorted(ids - set(range(n)))
+            if missing or extra:
+                raise PlanError(
+                    f"operator {op!r} (rKernel {kernels[0]!r}, {n} rTasks) in rProgram "
+                    f"{self.name!r}: missing rtask ids {missing[:10]}, unknown ids {extra[:10]}"
+                )
+        return tasks_of, pos
+
+    def _clocks(self, order: list[tuple[int, int]], base: np.ndarray) -> np.ndarray:
+        """Vector clock before each task (row ``base[v] + j``): for every vEU, the last order
+        known to have finished before the task starts."""
+        n = self.num_veu
+        after = np.empty((int(base[-1]), n), dtype=np.int64)
+        cur = np.full((n, n), -1, dtype=np.int64)
+        done = [0] * n
+        for v, i in order:
+            e = self.entries[v][i]
+            if isinstance(e, Barrier):
+                if e.waits:
+                    w = e.array
+                    rows = base[w[:, 0]] + w[:, 1]
+                    np.maximum(cur[v], after[rows].max(axis=0), out=cur[v])
+                continue
+            k = done[v]
+            cur[v, v] = k
+            done[v] = k + 1
+            after[base[v] + k] = cur[v]
+        before = after
+        veu_of_row = np.repeat(np.arange(n), np.diff(base))
+        before[np.arange(len(before)), veu_of_row] -= 1
+        return before
+
+    def _check_coverage(
+        self,
+        graph: RGraph,
+        tasks_of: dict[str, list[RTask]],
+        pos: dict[tuple[str, int], tuple[int, int]],
+        before: np.ndarray,
+        base: np.ndarray,
+    ) -> None:
+        """Every task of a pred A must happen-before every task of B: per vEU, it is enough
+        that A's last task there is known finished."""
+        n = self.num_veu
+        last: dict[str, np.ndarray] = {}
+        for op, ts in tasks_of.items():
+            m = np.full(n, -1, dtype=np.int64)
+            for t in ts:
+                u, j = pos[t.key]
+                m[u] = max(m[u], j)
+            last[op] = m
+        for b, bts in tasks_of.items():
+            preds = [a for a in graph.preds(b) if a in tasks_of]
+            if not preds:
+                continue
+            rows = np.fromiter(
+                (base[pos[t.key][0]] + pos[t.key][1] for t in bts), dtype=np.int64, count=len(bts)
+            )
+            cb = before[rows]
+            for a in preds:
+                bad = cb < last[a]
+                if bad.any():
+                    k = int(np.argmax(bad.any(axis=1)))
+                    u = int(np.argmax(bad[k]))
+                    self._uncovered(a, tasks_of[a], bts[k], u, int(cb[k, u]), pos)
+
+    def _uncovered(
+        self,
+        a: str,
+        a_tasks: list[RTask],
+        tb: RTask,
+        u: int,
+        known: int,
+        pos: dict[tuple[str, int], tuple[int, int]],
+    ) -> None:
+        """Raise for the first task of ``a`` on vEU ``u`` that ``tb`` does not wait for."""
+        late = [t for t in a_tasks if pos[t.key][0] == u and pos[t.key][1] > known]
+        ta = min(late, key=lambda t: pos[t.key][1])
+        (_, ja), (vb, jb) = pos[ta.key], pos[tb.key]
+        raise PlanError(
+            f"rProgram {self.name!r}: dependency {a} rtask {ta.rtask_id} (vEU {u}, "
+            f"order {ja}) -> {tb.op} rtask {tb.rtask_id} (vEU {vb}, order {jb}) is covered "
+            "neither by order nor by a barrier"
+        )
+
+    # -- serialisation -----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "num_veu": self.num_veu,
+            "ops": list(self._ops),
+            "entries": [[e.to_dict() for e in es] for es in self.entries],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RProgram:
+        """Rebuild entries as given; replayed in execution order so ``append`` stays minimal."""
+        p = cls(d["num_veu"], d.get("name", ""))
+        raw: list[list[Entry]] = [
+            [Barrier(tuple(map(tuple, e["waits"]))) if "waits" in e else RTask(**e) for e in es]
+            for es in d["entries"]
+        ]
+        if len(raw) != p.num_veu:
+            raise PlanError(f"rProgram {p.name!r}: {len(raw)} entry lists for {p.num_veu} vEUs")
+        probe = cls(p.num_veu, p.name)
+        probe.entries = raw  # execution_order reads only the entries
+        try:
+            order = probe.execution_order()
+        except DeadlockError:  # keep an invalid program as it is, so validate() can name it
+            order = [(v, i) for v, es in enumerate(raw) for i in range(len(es))]
+        for v, i in order:
+            e = raw[v][i]
+            if isinstance(e, Barrier):
+                p.append_barrier(v, e.waits)
+            else:
+                p._push_task(e, v)
+        ops = d.get("ops")
+        if ops is not None and set(ops) == set(p._ops):
+            p._ops = list(ops)
+        return p

@@ -1,0 +1,36 @@
+"""``make_plan``: run a policy, check the result and attach its time estimates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.graph import RGraph
+from ..core.plan import Plan
+from ..core.vdevice import VDevice
+from ..errors import OptionError
+from .cost import AnalyticalCostModel, CostModel
+from .policy import Policy, get_policy
+from .simulate import ideal_us, simulate_plan
+
+
+def make_plan(
+    graph: RGraph,
+    vdevice: VDevice,
+    policy: str | Policy = "wavefront",
+    cost: CostModel | None = None,
+    **options: Any,
+) -> Plan:
+    """A validated Plan; ``options`` go to the policy (unknown ones are an OptionError)."""
+    cost = cost or AnalyticalCostModel()
+    if isinstance(policy, Policy):
+        if options:
+            raise OptionError("pass options either to the Policy object or to make_plan, not both")
+        pol = policy
+    else:
+        pol = get_policy(policy, **options)
+    steps = pol.plan(graph, vdevice, cost)
+    plan = Plan(graph, vdevice, steps, policy=pol.name, options=dict(pol.options))
+    plan.validate()
+    plan.estimated_us = simulate_plan(steps, graph, vdevice, cost)
+    plan.ideal_us = ideal_us(graph, vdevice, cost)
+    return plan

@@ -1,0 +1,70 @@
+"""Policies turn an rOperator graph, a vDevice and a cost model into plan steps.
+
+Like dlight's schedule rules, a policy is an object with one method, and policies are
+looked up (and compared) by name through a small registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..core.graph import RGraph
+from ..core.plan import OrdinaryCall
+from ..core.rprogram import RProgram
+from ..core.vdevice import VDevice
+from ..errors import OptionError
+from .cost import CostModel
+
+_REGISTRY: dict[str, type[Policy]] = {}
+
+
+class Policy:
+    """Base class. ``OPTIONS`` maps each accepted option to its default; others are refused
+    so that a misspelt option is an error rather than silently ignored."""
+
+    name: ClassVar[str] = ""
+    OPTIONS: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            known = ", ".join(sorted(self.OPTIONS)) or "none"
+            raise OptionError(
+                f"policy {self.name!r} has no option {', '.join(unknown)}; its options: {known}"
+            )
+        self.options: dict[str, Any] = {**self.OPTIONS, **options}
+
+    def plan(
+        self, graph: RGraph, vdevice: VDevice, cost: CostModel
+    ) -> list[RProgram | OrdinaryCall]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{type(self).__name__}({opts})"
+
+
+def register_policy(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make ``cls`` available to ``get_policy(cls.name)``."""
+    if not cls.name:
+        raise OptionError(f"policy class {cls.__name__} needs a non-empty name")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load_builtin() -> None:
+    """Import the built-in policies so they register (they import this module)."""
+    from . import sequential, wavefront  # noqa: F401
+
+
+def policy_names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def get_policy(name: str, **options: Any) -> Policy:
+    _load_builtin()
+    cls = _REGISTRY.get(name.strip().lower())
+    if cls is None:
+        raise OptionError(f"unknown policy {name!r}; known policies: {', '.join(policy_names())}")
+    return cls(**options)
