@@ -6,6 +6,7 @@ import tvm
 
 from . import frontend
 from .core import Plan
+from .errors import run_keeping_errors
 from .relax_passes import PLAN_ATTR, PlanRPrograms, RTaskPrepare, as_target, rtask_pipeline
 from .runtime import native, threads
 
@@ -29,7 +30,7 @@ def plan(mod, target="llvm", policy: str | None = None, **options) -> Plan:
     seq = tvm.transform.Sequential(
         [RTaskPrepare(opts.get("fusion")), PlanRPrograms(target, **opts)]
     )
-    planned = seq(mod)
+    planned = run_keeping_errors(seq, mod)
     return Plan.from_json(str(planned.attrs[PLAN_ATTR]))
 
 
@@ -47,7 +48,7 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
     tvm_target = as_target(target)
     native.load()
     opts = _options(policy, barrier, options)
-    lowered = rtask_pipeline(tvm_target, **opts)(mod)
+    lowered = run_keeping_errors(rtask_pipeline(tvm_target, **opts), mod)
     planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]))
     if threads.num_threads() < planned.vdevice.num_veu:
         threads.set_num_threads(planned.vdevice.num_veu)

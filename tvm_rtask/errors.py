@@ -31,3 +31,39 @@ class CapacityError(PlanError):
 
 class BarrierTimeout(RTaskError):
     """A step-array wait at run time exceeded its bound instead of hanging."""
+
+
+_last_error: list[RTaskError] = []
+
+
+def remember_errors(transform_module):
+    """Decorate a pass's ``transform_module`` so its RTaskError survives TVM's FFI.
+
+    An exception raised inside a Python pass crosses C++ and comes back as a plain
+    RuntimeError; the public API calls :func:`reraise_remembered` to raise the original.
+    """
+    import functools
+
+    @functools.wraps(transform_module)
+    def wrapper(*args, **kwargs):
+        try:
+            return transform_module(*args, **kwargs)
+        except RTaskError as err:
+            _last_error[:] = [err]
+            raise
+
+    return wrapper
+
+
+def run_keeping_errors(fn, *args, **kwargs):
+    """Call ``fn``; if a remembered RTaskError caused its failure, raise that instead."""
+    _last_error.clear()
+    try:
+        return fn(*args, **kwargs)
+    except RTaskError:
+        raise
+    except Exception as err:
+        if _last_error and str(_last_error[0]) in str(err):
+            original = _last_error.pop()
+            raise original from None
+        raise

@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 
 from ..core import OrdinaryCall, Plan, RProgram
-from ..errors import PlanError
+from ..errors import PlanError, remember_errors
 from ..tir.cpu_dispatch import (
     CPUProgramCode,
     KernelCall,
@@ -95,6 +95,7 @@ def _lower_program(
 class LowerRPrograms:
     """Turn the plan stored by ``PlanRPrograms`` into persistent PrimFuncs called from ``main``."""
 
+    @remember_errors
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if mod.attrs is None or PLAN_ATTR not in mod.attrs:
             raise PlanError("LowerRPrograms needs a plan: run PlanRPrograms first")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tvm
 
+from ..errors import remember_errors
 from ..options import resolve_options
 from .fuse import prepare_pipeline
 from .lower import LowerRPrograms
@@ -17,6 +18,7 @@ class RTaskPrepare:
     def __init__(self, fusion: str | None = None) -> None:
         self.fusion = fusion
 
+    @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         options = resolve_options({"fusion": self.fusion}, ctx.config)
         return prepare_pipeline(options.fusion)(mod)

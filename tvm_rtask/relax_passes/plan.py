@@ -12,7 +12,7 @@ import tvm
 from tvm.target import Target
 
 from ..core import RGraph, RKernel, VDevice
-from ..errors import CapacityError, OptionError
+from ..errors import CapacityError, OptionError, remember_errors
 from ..options import RTaskOptions, resolve_options
 from ..schedule import AnalyticalCostModel, make_plan
 from ..tir.cpu_rkernel import make_cpu_rkernel
@@ -71,6 +71,7 @@ class PlanRPrograms:
         self.target = target
         self.options = options
 
+    @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         options = resolve_options(self.options, ctx.config)
         as_target(self.target)
