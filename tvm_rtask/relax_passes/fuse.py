@@ -68,7 +68,9 @@ def _mark_joins_opaque(mod: tvm.IRModule) -> tvm.IRModule:
         bindings[i] = relax.VarBinding(binding.var, value)
     mod = builder.get()
     mod["main"] = replace_block(func, index, bindings)
-    return mod
+    # Without normalizing, FuseOps' BlockBuilder cannot find the rebuilt main in its
+    # de-duplication map and aborts (seen on ShuffleNet).
+    return relax.transform.Normalize()(mod)
 
 
 @tvm.transform.module_pass(opt_level=0, name="FuseKeepingWaves")

@@ -116,4 +116,4 @@ class LowerRPrograms:
                 bindings += _lower_program(k, step, plan, mod, extracted, consumers, builder)
         mod = builder.get()
         mod["main"] = replace_block(mod["main"], extracted.block_index, bindings)
-        return relax.transform.DeadCodeElimination()(mod)
+        return relax.transform.DeadCodeElimination()(relax.transform.Normalize()(mod))

@@ -15,7 +15,12 @@ JIT (``tvm.compile(..., target="llvm")``) and for modules loaded later with
 :func:`tvm_rtask.runtime.export.export_library` link the library themselves and need no
 :func:`load`.
 
-This module imports neither TVM nor numpy.
+A second, small library ``libtvm_rtask_pass_config.so`` (``src/pass_config.cc``, C++)
+registers the ``rtask.*`` PassContext config keys with TVM; :func:`load_pass_config` opens it
+(``RTLD_LOCAL``) and is used by :mod:`tvm_rtask.runtime.config`.  It is searched in the same
+places as the runtime library (``$TVM_RTASK_PASS_CONFIG_LIB`` last).
+
+This module imports neither TVM nor numpy (:func:`load_pass_config` imports ``tvm_ffi``).
 """
 
 from __future__ import annotations
@@ -29,10 +34,14 @@ from pathlib import Path
 __all__ = [
     "ENV_VAR",
     "LIBRARY_NAME",
+    "PASS_CONFIG_ENV_VAR",
+    "PASS_CONFIG_LIBRARY_NAME",
     "STATUS_WORDS",
     "candidate_paths",
     "library_path",
     "load",
+    "load_pass_config",
+    "pass_config_library_path",
     "runtime_version",
 ]
 
@@ -42,12 +51,19 @@ LIBRARY_NAME = (
 )
 #: Environment variable naming the library file; searched after the install locations.
 ENV_VAR = "TVM_RTASK_RUNTIME_LIB"
+#: File name of the library that registers the PassContext config keys.
+PASS_CONFIG_LIBRARY_NAME = (
+    "libtvm_rtask_pass_config.dylib" if sys.platform == "darwin" else "libtvm_rtask_pass_config.so"
+)
+#: Environment variable naming that library file; searched after the install locations.
+PASS_CONFIG_ENV_VAR = "TVM_RTASK_PASS_CONFIG_LIB"
 #: Length of the status array that ``tvm_rtask_cpu_wait`` writes on failure:
 #: [failed, waiter_veu, target_veu, target_step, seen_step].
 STATUS_WORDS = 5
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
+_PASS_CONFIG_LIB: ctypes.CDLL | None = None
 
 
 def _package_dirs() -> list[Path]:
@@ -82,14 +98,32 @@ def _build_dirs() -> list[Path]:
     return dirs
 
 
-def candidate_paths() -> list[Path]:
-    """Every place :func:`library_path` looks, in order."""
-    paths = [d / "lib" / LIBRARY_NAME for d in _package_dirs()]
-    paths += [d / LIBRARY_NAME for d in _build_dirs()]
-    env = os.environ.get(ENV_VAR)
+def _candidates(name: str, env_var: str) -> list[Path]:
+    paths = [d / "lib" / name for d in _package_dirs()]
+    paths += [d / name for d in _build_dirs()]
+    env = os.environ.get(env_var)
     if env:
         paths.append(Path(env))
     return paths
+
+
+def _find(name: str, env_var: str) -> str:
+    paths = _candidates(name, env_var)
+    for path in paths:
+        if path.is_file():
+            return str(path.resolve())
+    searched = "\n  ".join(str(p) for p in paths)
+    raise RuntimeError(
+        f"tvm-rtask: the native library {name} was not found. Searched:\n"
+        f"  {searched}\n"
+        f"Reinstall the package so that CMake builds it: `pip install -e .` in the source "
+        f"checkout (or `make venv`), or set {env_var} to the library file."
+    )
+
+
+def candidate_paths() -> list[Path]:
+    """Every place :func:`library_path` looks, in order."""
+    return _candidates(LIBRARY_NAME, ENV_VAR)
 
 
 def library_path() -> str:
@@ -104,17 +138,13 @@ def library_path() -> str:
     RuntimeError
         When no candidate exists; the message lists the paths searched.
     """
-    paths = candidate_paths()
-    for path in paths:
-        if path.is_file():
-            return str(path.resolve())
-    searched = "\n  ".join(str(p) for p in paths)
-    raise RuntimeError(
-        f"tvm-rtask: the native runtime library {LIBRARY_NAME} was not found. Searched:\n"
-        f"  {searched}\n"
-        f"Reinstall the package so that CMake builds it: `pip install -e .` in the source "
-        f"checkout (or `make venv`), or set {ENV_VAR} to the library file."
-    )
+    return _find(LIBRARY_NAME, ENV_VAR)
+
+
+def pass_config_library_path() -> str:
+    """Absolute path of ``libtvm_rtask_pass_config.so``; searched like :func:`library_path`
+    (``$TVM_RTASK_PASS_CONFIG_LIB`` last).  Raises ``RuntimeError`` when absent."""
+    return _find(PASS_CONFIG_LIBRARY_NAME, PASS_CONFIG_ENV_VAR)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -156,3 +186,47 @@ def load() -> ctypes.CDLL:
 def runtime_version() -> str:
     """Version string compiled into the native library."""
     return load().tvm_rtask_runtime_version().decode()
+
+
+def _declare_pass_config(lib: ctypes.CDLL) -> None:
+    c_str, c_int = ctypes.c_char_p, ctypes.c_int
+    lib.tvm_rtask_register_config_options.argtypes = [
+        ctypes.POINTER(c_str),
+        ctypes.POINTER(c_str),
+        c_int,
+        c_str,
+    ]
+    lib.tvm_rtask_register_config_options.restype = c_int
+    lib.tvm_rtask_pass_config_available.argtypes = [c_str]
+    lib.tvm_rtask_pass_config_available.restype = c_int
+    lib.tvm_rtask_pass_config_last_error.argtypes = []
+    lib.tvm_rtask_pass_config_last_error.restype = c_str
+    lib.tvm_rtask_pass_config_tvm_ffi_version.argtypes = []
+    lib.tvm_rtask_pass_config_tvm_ffi_version.restype = c_str
+
+
+def load_pass_config() -> ctypes.CDLL:
+    """Load ``libtvm_rtask_pass_config.so`` once (``RTLD_LOCAL``) and return it.
+
+    The library uses a few ``libtvm_ffi`` symbols that it does not link: they come from the
+    process, so ``tvm_ffi`` is imported first (it loads ``libtvm_ffi.so`` ``RTLD_GLOBAL``).
+    The library is never unloaded: TVM keeps the legalization functions it registers.
+    Raises ``RuntimeError`` when the library is missing or cannot be loaded.
+    """
+    global _PASS_CONFIG_LIB
+    if _PASS_CONFIG_LIB is not None:
+        return _PASS_CONFIG_LIB
+    import tvm_ffi  # noqa: F401  (loads libtvm_ffi.so RTLD_GLOBAL)
+
+    with _LOCK:
+        if _PASS_CONFIG_LIB is None:
+            path = pass_config_library_path()
+            try:
+                lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+            except OSError as err:
+                raise RuntimeError(
+                    f"tvm-rtask: could not load {path}: {err}. Reinstall with `pip install -e .`."
+                ) from err
+            _declare_pass_config(lib)
+            _PASS_CONFIG_LIB = lib
+    return _PASS_CONFIG_LIB
