@@ -86,6 +86,9 @@ class Plan:
         """Counts and estimates a user or a benchmark wants to see at a glance."""
         progs = self.programs()
         ordinary = [c.op for c in self.ordinary_calls()]
+        # Tuple plumbing (packing outputs, taking an element) is no kernel: not counted as
+        # an operator or a launch, still listed among the ordinary ops.
+        plumbing = {op.name for op in self.graph.ops if op.pattern == "tuple" and not op.supported}
         side_by_side = 0
         for p in progs:
             per_wave: dict[int, set[str]] = {}
@@ -95,10 +98,10 @@ class Plan:
         return {
             "device": self.vdevice.spec.name,
             "policy": self.policy,
-            "operators": len(self.graph),
+            "operators": len(self.graph) - len(plumbing),
             "rtasks": sum(p.num_tasks for p in progs),
             "rprograms": len(progs),
-            "kernel_launches": len(self.steps),
+            "kernel_launches": len(progs) + sum(op not in plumbing for op in ordinary),
             "barriers": sum(p.num_barriers for p in progs),
             "veus": self.vdevice.num_veu,
             "capacity": self.vdevice.capacity,

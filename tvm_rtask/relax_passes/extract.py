@@ -109,12 +109,13 @@ def extract_graph(
         call = as_tir_call(binding.value)
         if reason:
             inputs = [names(v) for v in used_vars(binding.value)]
+            plumbing = isinstance(binding.value, (relax.Tuple, relax.TupleGetItem))
             op = ROperator(
                 name=f"{i:04d}_{out}",
                 func="",
                 inputs=inputs,
                 outputs=[out],
-                pattern="opaque",
+                pattern="tuple" if plumbing else "opaque",
                 rkernels=[],
                 supported=False,
                 reason=reason,

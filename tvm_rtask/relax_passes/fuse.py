@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 
 from .dataflow import as_tir_call, handle, main_dataflow, replace_block
+from .simplify import RemoveInferenceDropout
 
 OPAQUE = 8
 
@@ -90,6 +91,7 @@ def prepare_pipeline(fusion: str = "fuseops") -> tvm.transform.Pass:
     ``fusion`` is ``"fuseops"`` (TVM's FuseOps kept from chaining branches) or ``"none"``.
     """
     passes = [
+        RemoveInferenceDropout(),
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
