@@ -84,9 +84,14 @@ def test_more_veus_than_workers():
         tvm_rtask.compile(_Relu, "llvm", num_veu=4096)
 
 
-def test_cuda_target_is_refused_clearly():
-    with pytest.raises(OptionError, match="cuda"):
-        tvm_rtask.compile(_Relu, {"kind": "cuda", "arch": "sm_90"})
+def test_unsupported_target_kind_is_refused_clearly():
+    with pytest.raises(OptionError, match="rocm"):
+        tvm_rtask.compile(_Relu, {"kind": "rocm"})
+
+
+def test_bare_cuda_means_sm_90_with_an_llvm_host():
+    target = tvm_rtask.relax_passes.as_target("cuda")
+    assert str(target.arch) == "sm_90" and target.host.kind.name == "llvm"
 
 
 @tvm.script.ir_module

@@ -17,6 +17,23 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
+def _register_config_keys_if_tvm_is_loaded() -> None:
+    """Make ``PassContext(config={"rtask.policy": ...})`` valid as soon as possible.
+
+    Registration needs TVM; importing it here would make ``tvm_rtask.core`` (pure Python)
+    load TVM, so it happens now only when TVM is already imported, else on first API use.
+    """
+    import sys
+
+    if "tvm" in sys.modules:
+        from .runtime.config import register_config_options
+
+        register_config_options()
+
+
+_register_config_keys_if_tvm_is_loaded()
+
+
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'tvm_rtask' has no attribute {name!r}")

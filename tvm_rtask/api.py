@@ -9,6 +9,9 @@ from .core import Plan
 from .errors import run_keeping_errors
 from .relax_passes import PLAN_ATTR, PlanRPrograms, RTaskPrepare, as_target, rtask_pipeline
 from .runtime import native, threads
+from .runtime.config import register_config_options
+
+register_config_options()
 
 
 def _options(policy, barrier, options) -> dict:
@@ -50,6 +53,24 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
     opts = _options(policy, barrier, options)
     lowered = run_keeping_errors(rtask_pipeline(tvm_target, **opts), mod)
     planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]))
+    if tvm_target.kind.name == "cuda":
+        return tvm.compile(lowered, target=tvm_target, relax_pipeline=_finish_pipeline(tvm_target))
     if threads.num_threads() < planned.vdevice.num_veu:
         threads.set_num_threads(planned.vdevice.num_veu)
     return tvm.compile(lowered, target=tvm_target)
+
+
+def _finish_pipeline(target) -> tvm.transform.Pass:
+    """The backend's dataflow lowering and finalization, without its legalize/fuse/schedule
+    passes: every kernel is already scheduled, and FoldConstant must not evaluate a
+    persistent kernel whose inputs happen to be constants."""
+    from tvm.relax.backend.cuda import pipeline as cuda_pipeline
+
+    @tvm.transform.module_pass(opt_level=0, name="RTaskFinish")
+    def finish(mod, _ctx):
+        with target:
+            passes = cuda_pipeline.dataflow_lower_passes(target)
+            passes += cuda_pipeline.finalize_passes(target)
+            return tvm.transform.Sequential(passes)(mod)
+
+    return finish

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 
 from .errors import OptionError
 
-POLICIES = ("wavefront", "sequential")
+POLICIES = ("wavefront", "wavefront_global", "ios", "opara", "sequential")
 BARRIERS = ("fine", "global")
 FUSIONS = ("fuseops", "none")
 
@@ -25,6 +25,9 @@ class RTaskOptions:
     rtasks_per_veu: int = 2  # CPU: an operator is cut into up to num_veu * this rTasks
     fusion: str = "fuseops"
     spin_timeout_ms: int = 60_000
+    cuda_threads: int = 256  # CUDA: threads of a vEU (dlight schedules at most this many)
+    cuda_registers: int = 0  # CUDA: registers per thread assumed for occupancy (0: unknown)
+    device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
 
     def validate(self) -> RTaskOptions:
         from .schedule import policy_names
@@ -41,6 +44,10 @@ class RTaskOptions:
             raise OptionError(f"num_veu must be a positive integer, not {self.num_veu!r}")
         if not isinstance(self.rtasks_per_veu, int) or self.rtasks_per_veu < 1:
             raise OptionError(f"rtasks_per_veu must be >= 1, not {self.rtasks_per_veu!r}")
+        if not isinstance(self.cuda_threads, int) or not 32 <= self.cuda_threads <= 1024:
+            raise OptionError(f"cuda_threads must be in 32..1024, not {self.cuda_threads!r}")
+        if not isinstance(self.cuda_registers, int) or not 0 <= self.cuda_registers <= 255:
+            raise OptionError(f"cuda_registers must be in 0..255, not {self.cuda_registers!r}")
         if not isinstance(self.spin_timeout_ms, int) or self.spin_timeout_ms < 1:
             raise OptionError(f"spin_timeout_ms must be >= 1, not {self.spin_timeout_ms!r}")
         return self

@@ -161,13 +161,14 @@ def test_fresh_process_rejects_before_and_accepts_after():
     code = textwrap.dedent(
         """
         import tvm
-        from tvm_rtask.runtime import config
         try:
             tvm.transform.PassContext(config={"rtask.policy": "sequential"})
         except AttributeError as err:
             assert "Invalid config option 'rtask.policy'" in str(err), err
         else:
             raise SystemExit("accepted before registration")
+        import tvm_rtask  # registers the keys because tvm is already loaded
+        from tvm_rtask.runtime import config
         assert config.register_config_options() is True
         with tvm.transform.PassContext(config={"rtask.policy": "sequential"}) as ctx:
             assert ctx.config["rtask.policy"] == "sequential"

@@ -15,6 +15,7 @@ import tvm
 from tvm import relax
 
 from ..core import RKernel, ROperator
+from ..errors import UnsupportedOperator
 from ..tir.analysis import estimate_bytes, estimate_flops
 from .dataflow import as_tir_call, handle, main_dataflow, static_shape, used_vars
 
@@ -88,8 +89,9 @@ def extract_graph(
 ) -> ExtractedGraph:
     """The rOperator graph of ``main``'s largest dataflow block (deterministic names).
 
-    ``rkernels_for(func_name)`` gives the rKernel variants of a supported operator; without
-    it each gets one single-rTask placeholder.
+    ``rkernels_for(func_name)`` gives the rKernel variants of a supported operator, or raises
+    UnsupportedOperator to keep it an ordinary call; without it each gets one single-rTask
+    placeholder. Names depend only on the binding, so two extractions agree.
     """
     func = mod["main"]
     found = main_dataflow(func)
@@ -107,35 +109,39 @@ def extract_graph(
             escaping.add(out)
         reason = _unsupported_reason(mod, binding.value)
         call = as_tir_call(binding.value)
+        name = f"{i:04d}_{call.gvar.name_hint if call is not None else out}"
+        rkernels: list[RKernel] = []
+        if not reason:
+            try:
+                rkernels = (
+                    rkernels_for(call.gvar.name_hint)
+                    if rkernels_for
+                    else [RKernel(name=call.gvar.name_hint, num_rtasks=1)]
+                )
+            except UnsupportedOperator as err:
+                reason = str(err)
         if reason:
-            inputs = [names(v) for v in used_vars(binding.value)]
             plumbing = isinstance(binding.value, (relax.Tuple, relax.TupleGetItem))
             op = ROperator(
-                name=f"{i:04d}_{out}",
-                func="",
-                inputs=inputs,
+                name=name,
+                func=call.gvar.name_hint if call is not None else "",
+                inputs=[names(v) for v in used_vars(binding.value)],
                 outputs=[out],
                 pattern="tuple" if plumbing else "opaque",
-                rkernels=[],
                 supported=False,
                 reason=reason,
             )
         else:
             prim = mod[call.gvar]
-            pattern = PATTERN_NAMES.get(int(prim.attrs.get("op_pattern", 8)), "opaque")
             op = ROperator(
-                name=f"{i:04d}_{call.gvar.name_hint}",
+                name=name,
                 func=call.gvar.name_hint,
                 inputs=[names(a) for a in call.args],
                 outputs=[out],
-                pattern=pattern,
+                pattern=PATTERN_NAMES.get(int(prim.attrs.get("op_pattern", 8)), "opaque"),
                 flops=estimate_flops(prim),
                 bytes=estimate_bytes(prim),
-                rkernels=(
-                    rkernels_for(call.gvar.name_hint)
-                    if rkernels_for
-                    else [RKernel(name=call.gvar.name_hint, num_rtasks=1)]
-                ),
+                rkernels=rkernels,
             )
         operators.append(op)
         bindings[op.name] = binding

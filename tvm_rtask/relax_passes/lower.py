@@ -20,9 +20,16 @@ from ..tir.cpu_dispatch import (
     scripts_from_program,
     waves_from_program,
 )
+from ..tir.cuda_dispatch import (
+    CUDAProgramCode,
+    build_cuda_dispatcher,
+    program_table,
+    sync_words,
+)
+from ..tir.cuda_rkernel import CUDARKernel
 from .dataflow import replace_block, static_shape
 from .extract import ExtractedGraph, extract_graph
-from .plan import PLAN_ATTR
+from .plan import PLAN_ATTR, RKERNEL_SUFFIX
 
 
 def _decl(name: str, expr: relax.Expr) -> TensorDecl:
@@ -50,17 +57,8 @@ def _program_tensors(program: RProgram, plan: Plan, consumers: dict, escaping: s
     return inputs, outputs, workspaces
 
 
-def _lower_program(
-    k: int,
-    program: RProgram,
-    plan: Plan,
-    mod: tvm.IRModule,
-    extracted: ExtractedGraph,
-    consumers: dict,
-    builder: relax.BlockBuilder,
-) -> list[relax.Binding]:
-    tensors = extracted.tensors
-    inputs, outputs, workspaces = _program_tensors(program, plan, consumers, extracted.escaping)
+def _cpu_program(program: RProgram, plan: Plan, mod, tensors, inputs, outputs, workspaces):
+    """The llvm persistent PrimFunc: workspaces live inside it."""
     calls = {}
     for op_name in program.ops():
         op = plan.graph.op(op_name)
@@ -77,13 +75,57 @@ def _lower_program(
     else:
         code.waves = waves_from_program(program)
     timeout_us = int(plan.options.get("spin_timeout_ms", 60_000)) * 1000
-    func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us)
+    return build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us), [], outputs
+
+
+def _cuda_program(program: RProgram, plan: Plan, mod, tensors, inputs, outputs, workspaces):
+    """The CUDA persistent PrimFunc: workspaces are extra outputs (no device malloc inside a
+    kernel); the task table, barrier pairs and sync words are constant inputs."""
+    op_index = {op: i for i, op in enumerate(program.ops())}
+    calls = {}
+    for op_name in program.ops():
+        op = plan.graph.op(op_name)
+        meta = op.kernel(program.kernel_of(op_name))
+        kernel = CUDARKernel(
+            mod[f"{op.func}{RKERNEL_SUFFIX}"], meta.num_rtasks, meta.threads, meta.shared_mem, False
+        )
+        calls[op_name] = (kernel, [*op.inputs, *op.outputs])
+    table, pairs = program_table(program, op_index)
+    code = CUDAProgramCode(
+        inputs=[_decl(t, tensors[t]) for t in inputs],
+        outputs=[_decl(t, tensors[t]) for t in (*outputs, *workspaces)],
+        calls=calls,
+        num_veu=program.num_veu,
+        threads=int(plan.options.get("cuda_threads", 256)),
+        table=table,
+        pairs=pairs,
+        op_index=op_index,
+    )
+    timeout_ns = int(plan.options.get("spin_timeout_ms", 60_000)) * 1_000_000
+    func = build_cuda_dispatcher(code, timeout_ns=timeout_ns)
+    constants = [relax.const(table), relax.const(pairs), relax.const(sync_words(program.num_veu))]
+    return func, constants, [*outputs, *workspaces]
+
+
+def _lower_program(
+    k: int,
+    program: RProgram,
+    plan: Plan,
+    mod: tvm.IRModule,
+    extracted: ExtractedGraph,
+    consumers: dict,
+    builder: relax.BlockBuilder,
+) -> list[relax.Binding]:
+    tensors = extracted.tensors
+    inputs, outputs, workspaces = _program_tensors(program, plan, consumers, extracted.escaping)
+    make = _cuda_program if plan.vdevice.spec.kind == "cuda" else _cpu_program
+    func, constants, results = make(program, plan, mod, tensors, inputs, outputs, workspaces)
     gvar = builder.add_func(func, f"rprogram_{k}")
-    args = relax.Tuple([tensors[t] for t in inputs])
-    if len(outputs) == 1:
-        value = relax.op.call_tir(gvar, args, tensors[outputs[0]].ty)
-        return [relax.VarBinding(tensors[outputs[0]], value)]
-    out_tys = [tensors[t].ty for t in outputs]
+    args = relax.Tuple([*(tensors[t] for t in inputs), *constants])
+    if len(results) == 1:
+        value = relax.op.call_tir(gvar, args, tensors[results[0]].ty)
+        return [relax.VarBinding(tensors[results[0]], value)]
+    out_tys = [tensors[t].ty for t in results]
     packed = relax.DataflowVar(f"rprogram_{k}_out", relax.TupleType(out_tys))
     bindings = [relax.VarBinding(packed, relax.op.call_tir(gvar, args, out_tys))]
     for i, t in enumerate(outputs):

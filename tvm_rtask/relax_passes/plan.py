@@ -11,31 +11,43 @@ import os
 import tvm
 from tvm.target import Target
 
-from ..core import RGraph, RKernel, VDevice
-from ..errors import CapacityError, OptionError, remember_errors
+from ..core import RGraph, RKernel, VDevice, get_spec
+from ..errors import CapacityError, OptionError, UnsupportedOperator, remember_errors
 from ..options import RTaskOptions, resolve_options
 from ..schedule import AnalyticalCostModel, make_plan
 from ..tir.cpu_rkernel import make_cpu_rkernel
+from ..tir.cuda_rkernel import make_cuda_rkernel, schedule_for_cuda
 from .extract import extract_graph
 
 PLAN_ATTR = "rtask.plan"
+RKERNEL_SUFFIX = "_rkernel"
+
+
+ARCH_SPECS = {"sm_70": "v100", "sm_80": "a100", "sm_90": "h100"}
 
 
 def as_target(target) -> Target:
-    """A Target from a string, a dict or a Target; CPU targets only for now."""
+    """A Target from a string, a dict or a Target: llvm, or cuda (bare "cuda" means sm_90).
+
+    A bare ``Target("cuda")`` defaults to sm_50, which CUDA 13 cannot build (TVM_NOTES.md).
+    """
     if isinstance(target, Target):
         result = target
     elif isinstance(target, dict):
         result = Target(target)
     elif isinstance(target, str):
-        result = Target({"kind": target}) if target in ("llvm", "c") else Target(target)
+        if target in ("llvm", "c"):
+            result = Target({"kind": target})
+        elif target == "cuda":
+            result = Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
+        else:
+            result = Target(target)
     else:
         raise OptionError(f"target must be a string, dict or tvm.target.Target, not {target!r}")
-    if result.kind.name != "llvm":
-        raise OptionError(
-            f"target kind {result.kind.name!r} is not supported yet: the persistent CUDA "
-            "dispatcher is not built; use an llvm target"
-        )
+    if result.kind.name not in ("llvm", "cuda"):
+        raise OptionError(f"target kind {result.kind.name!r} is not supported: use llvm or cuda")
+    if result.kind.name == "cuda" and result.host is None:
+        result = Target(result.export(), host="llvm")
     return result
 
 
@@ -63,6 +75,70 @@ def cpu_vdevice(options: RTaskOptions) -> VDevice:
     return VDevice.cpu(num_veu)
 
 
+def cuda_schedule_target(target: Target, threads: int) -> Target:
+    """The target dlight schedules with: at most ``threads`` threads per block."""
+    return Target(dict(target.export(), max_num_threads=threads))
+
+
+def _cpu_rkernels(mod: tvm.IRModule, vdevice: VDevice, options: RTaskOptions):
+    """rKernel maker for llvm: the operator's PrimFunc is replaced by its rKernel in place."""
+    max_rtasks = vdevice.num_veu * options.rtasks_per_veu
+    cache: dict[str, list[RKernel]] = {}
+
+    def rkernels_for(name: str) -> list[RKernel]:
+        if name not in cache:
+            kernel = make_cpu_rkernel(mod[name], max_rtasks)
+            mod[name] = kernel.func
+            cache[name] = [
+                RKernel(name=f"{name}@{kernel.num_rtasks}", num_rtasks=kernel.num_rtasks)
+            ]
+        return cache[name]
+
+    return rkernels_for
+
+
+def _cuda_rkernels(mod: tvm.IRModule, options: RTaskOptions, shared: list[int]):
+    """rKernel maker for cuda: the rKernel is added as ``<name>_rkernel`` beside the scheduled
+    operator, which stays callable as an ordinary kernel."""
+    threads = options.cuda_threads
+    cache: dict[str, list[RKernel]] = {}
+
+    def rkernels_for(name: str) -> list[RKernel]:
+        if name not in cache:
+            kernel = make_cuda_rkernel(mod[name])
+            if kernel.threads > threads:
+                raise UnsupportedOperator(
+                    f"{name} is scheduled with {kernel.threads} threads per block, more than "
+                    f"the vEU's {threads} (option cuda_threads)"
+                )
+            if kernel.cross_thread_reduction and kernel.threads != threads:
+                raise UnsupportedOperator(
+                    f"{name} reduces across its {kernel.threads} threads, which needs a vEU of "
+                    f"exactly that many threads (the vEU has {threads})"
+                )
+            mod[f"{name}{RKERNEL_SUFFIX}"] = kernel.func
+            shared.append(kernel.shared_mem)
+            cache[name] = [
+                RKernel(
+                    name=f"{name}@{kernel.num_rtasks}",
+                    num_rtasks=kernel.num_rtasks,
+                    threads=kernel.threads,
+                    shared_mem=kernel.shared_mem,
+                )
+            ]
+        return cache[name]
+
+    return rkernels_for
+
+
+def _schedule_all(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
+    """dlight's default GPU schedules for every PrimFunc (ordinary calls need them too)."""
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, tvm.tirx.PrimFunc):
+            mod[gvar] = schedule_for_cuda(func, target)
+    return mod
+
+
 @tvm.transform.module_pass(opt_level=0, name="PlanRPrograms")
 class PlanRPrograms:
     """Plan ``main`` into rPrograms with the chosen policy; options as in :class:`RTaskOptions`."""
@@ -74,24 +150,22 @@ class PlanRPrograms:
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         options = resolve_options(self.options, ctx.config)
-        as_target(self.target)
-        vdevice = cpu_vdevice(options)
-        max_rtasks = vdevice.num_veu * options.rtasks_per_veu
-        rkernel_funcs: dict[str, tvm.tirx.PrimFunc] = {}
-        variants: dict[str, list[RKernel]] = {}
-
-        def rkernels_for(name: str) -> list[RKernel]:
-            if name not in variants:
-                kernel = make_cpu_rkernel(mod[name], max_rtasks)
-                rkernel_funcs[name] = kernel.func
-                variants[name] = [
-                    RKernel(name=f"{name}@{kernel.num_rtasks}", num_rtasks=kernel.num_rtasks)
-                ]
-            return variants[name]
-
-        extracted = extract_graph(mod, rkernels_for)
-        for name, func in rkernel_funcs.items():
-            mod[name] = func
+        target = as_target(self.target)
+        if target.kind.name == "cuda":
+            mod = _schedule_all(mod, cuda_schedule_target(target, options.cuda_threads))
+            shared: list[int] = []
+            extracted = extract_graph(mod, _cuda_rkernels(mod, options, shared))
+            spec = get_spec(options.device or ARCH_SPECS.get(str(target.arch), "h100"))
+            vdevice = VDevice.cuda(
+                spec,
+                threads=options.cuda_threads,
+                registers=options.cuda_registers,
+                shared_mem=max(shared, default=0),
+                num_veu=options.num_veu or spec.num_sms,
+            )
+        else:
+            vdevice = cpu_vdevice(options)
+            extracted = extract_graph(mod, _cpu_rkernels(mod, vdevice, options))
         graph = RGraph(extracted.operators)
         plan = make_plan(graph, vdevice, policy=options.policy, cost=AnalyticalCostModel())
         plan.options = options.to_dict()

@@ -51,6 +51,9 @@ CONFIG_OPTIONS: dict[str, str] = {
     "rtask.rtasks_per_veu": "int",
     "rtask.fusion": "str",
     "rtask.spin_timeout_ms": "int",
+    "rtask.cuda_threads": "int",
+    "rtask.cuda_registers": "int",
+    "rtask.device": "str",
 }
 
 # Result codes of tvm_rtask_register_config_options (src/pass_config.cc).

@@ -1,0 +1,228 @@
+"""CUDA rKernels: a GPU-scheduled PrimFunc whose thread blocks become rTasks.
+
+The rewrite (Rammer section 4.1.4) takes a kernel scheduled by dlight (or MetaSchedule) and
+
+* removes every ``blockIdx`` loop, binding ``bx = rtask_id % gx``, ``by = rtask_id // gx % gy``,
+  ``bz = rtask_id // (gx * gy)``, so ``num_rtasks = gx * gy * gz``;
+* removes extent-1 ``vthread`` loops (left in a dispatcher they are merged with its own thread
+  loops by UnifyThreadBinding, a silent miscompile noted in TVM_NOTES.md);
+* maps the kernel's ``threadIdx.{x,y,z}`` shape onto the vEU's 1-D thread index ``tid``
+  (``x = tid % nx``, ``y = tid // nx % ny``, ``z = tid // (nx * ny)``); when the vEU has more
+  threads than the task, every leaf block gets the predicate ``tid < nx * ny * nz``, so
+  surplus threads skip the work but still reach every ``__syncthreads`` between blocks.
+
+The result is a PrimFunc with two extra scalar parameters, ``rtask_id`` and ``tid``, that
+the dispatcher substitutes when it inlines the task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.target import Target
+
+from ..errors import UnsupportedOperator
+
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+@dataclass
+class CUDARKernel:
+    """An rKernel for CUDA and what the dispatcher and the occupancy model need."""
+
+    func: tirx.PrimFunc  # params: buffers..., rtask_id, tid
+    num_rtasks: int
+    threads: int
+    shared_mem: int  # bytes of static shared memory of one rTask
+    cross_thread_reduction: bool  # needs exactly `threads` threads: no surplus allowed
+
+
+def schedule_for_cuda(func: tirx.PrimFunc, target: Target) -> tirx.PrimFunc:
+    """dlight's default GPU schedules (Matmul, GEMV, Reduction, GeneralReduction, Fallback)."""
+    import tvm
+    from tvm.s_tir import dlight as dl
+
+    if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
+        return func
+    mod = tvm.IRModule({"main": func})
+    rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction()]
+    with target:
+        mod = dl.ApplyDefaultSchedule(*rules, dl.gpu.Fallback())(mod)
+    return mod["main"]
+
+
+def _int(expr) -> int:
+    if not isinstance(expr, tirx.IntImm):
+        raise UnsupportedOperator(f"a thread-bound loop has a symbolic extent {expr}")
+    return int(expr.value)
+
+
+def _tag(loop) -> str | None:
+    binding = loop.thread_binding
+    return None if binding is None else str(binding.thread_tag)
+
+
+def _extents(func: tirx.PrimFunc) -> tuple[dict[str, int], dict[str, int]]:
+    grid: dict[str, int] = {}
+    block: dict[str, int] = {}
+
+    def visit(node):
+        if isinstance(node, tirx.For):
+            tag = _tag(node)
+            if tag is None:
+                return
+            extent = _int(node.extent)
+            table = grid if tag in BLOCK_TAGS else block if tag in THREAD_TAGS else None
+            if table is None:
+                if tag.startswith("vthread") and extent != 1:
+                    raise UnsupportedOperator(f"virtual thread {tag} of extent {extent}")
+                return
+            if table.setdefault(tag, extent) != extent:
+                raise UnsupportedOperator(f"{tag} bound with extents {table[tag]} and {extent}")
+
+    tvm_ffi.structural_walk(func.body, visit)
+    return grid, block
+
+
+def _vars_in(expr) -> list:
+    found: list = []
+    tvm_ffi.structural_walk(expr, lambda v: found.append(v) if isinstance(v, tirx.Var) else None)
+    return found
+
+
+def _has_cross_thread_reduction(func: tirx.PrimFunc) -> bool:
+    """A block reducing over a thread-bound loop (lowered to a warp/block allreduce)."""
+    thread_vars: set[int] = set()
+    found = [False]
+
+    def visit(node):
+        if isinstance(node, tirx.For) and _tag(node) in THREAD_TAGS:
+            thread_vars.add(node.loop_var.__chandle__())
+        elif isinstance(node, s_tir.SBlockRealize):
+            for iv, value in zip(node.block.iter_vars, node.iter_values, strict=True):
+                if int(iv.iter_type) != 2:  # CommReduce
+                    continue
+                used = _vars_in(value)
+                if any(v.__chandle__() in thread_vars for v in used):
+                    found[0] = True
+
+    tvm_ffi.structural_walk(func.body, visit, order="pre")
+    return found[0]
+
+
+def _shared_bytes(func: tirx.PrimFunc) -> int:
+    """Static shared memory of one thread block, after TVM compacts the allocations.
+
+    dlight allocates shared buffers with the whole tensor's shape at the root;
+    CompactBufferAllocation shrinks them to the region one block touches, so measure after it.
+    """
+    import tvm
+
+    passes = [
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.CompactBufferAllocation(),
+    ]
+    lowered = tvm.transform.Sequential(passes)(tvm.IRModule({"main": func}))["main"]
+    total = [0]
+
+    def visit(node):
+        buffers = []
+        if isinstance(node, s_tir.SBlock):
+            buffers = list(node.alloc_buffers)
+        elif isinstance(node, tirx.AllocBuffer):
+            buffers = [node.buffer]
+        for buf in buffers:
+            if str(buf.scope()).startswith("shared"):
+                numel = 1
+                for d in buf.ty.shape:
+                    numel *= _int(d)
+                total[0] += numel * max(tvm_ffi.dtype(str(buf.ty.dtype)).bits // 8, 1)
+
+    tvm_ffi.structural_walk(lowered.body, visit)
+    return total[0]
+
+
+def _substitute(node, var, value):
+    return tvm_ffi.structural_map(node, (tirx.Var, lambda v: value if v.same_as(var) else v))
+
+
+def _lower_cross_thread_reductions(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Lower cross-thread reductions while the kernel still has its own thread loops.
+
+    Inside a dispatcher the pass refuses them (the reduction loops are no longer the
+    deepest statements); lowered first, they become ``tvm_thread_allreduce`` over the
+    kernel's own thread variables, which the rewrite then maps to the vEU's threads.
+    """
+    import tvm
+
+    mod = s_tir.transform.LowerCrossThreadReduction()(tvm.IRModule({"main": func}))
+    return mod["main"]
+
+
+def make_cuda_rkernel(func: tirx.PrimFunc) -> CUDARKernel:
+    """Rewrite a GPU-scheduled PrimFunc into an rKernel (see the module docstring)."""
+    cross_thread = _has_cross_thread_reduction(func)
+    if cross_thread:
+        func = _lower_cross_thread_reductions(func)
+    grid, block = _extents(func)
+    gx, gy, gz = (grid.get(t, 1) for t in BLOCK_TAGS)
+    nx, ny, nz = (block.get(t, 1) for t in THREAD_TAGS)
+    rtask_id = tirx.Var("rtask_id", "int64")
+    tid = tirx.Var("tid", "int64")
+
+    def i64(v: int):
+        return tirx.IntImm("int64", v)
+
+    values = {
+        "blockIdx.x": tirx.FloorMod(rtask_id, i64(gx)),
+        "blockIdx.y": tirx.FloorMod(tirx.FloorDiv(rtask_id, i64(gx)), i64(gy)),
+        "blockIdx.z": tirx.FloorDiv(rtask_id, i64(gx * gy)),
+        "threadIdx.x": tirx.FloorMod(tid, i64(nx)) if (ny, nz) != (1, 1) else tid,
+        "threadIdx.y": tirx.FloorMod(tirx.FloorDiv(tid, i64(nx)), i64(ny)),
+        "threadIdx.z": tirx.FloorDiv(tid, i64(nx * ny)),
+    }
+
+    def strip(loop):
+        tag = _tag(loop)
+        if tag is None:
+            return loop
+        if tag in values:
+            value = values[tag]
+            if str(loop.loop_var.ty) != "int64":
+                value = tirx.Cast(str(loop.loop_var.ty), value)
+            return _substitute(loop.body, loop.loop_var, value)
+        if tag.startswith("vthread"):
+            return _substitute(loop.body, loop.loop_var, tirx.IntImm(str(loop.loop_var.ty), 0))
+        raise UnsupportedOperator(f"unexpected thread binding {tag}")
+
+    body = tvm_ffi.structural_map(func.body, (tirx.For, strip))
+    rewritten = tirx.PrimFunc([*func.params, rtask_id, tid], body, attrs=func.attrs)
+    return CUDARKernel(
+        func=rewritten,
+        num_rtasks=gx * gy * gz,
+        threads=nx * ny * nz,
+        shared_mem=_shared_bytes(func),
+        cross_thread_reduction=cross_thread,
+    )
+
+
+def guard_surplus_threads(body, tid, threads: int):
+    """Add ``tid < threads`` to the predicate of every non-root block of ``body``."""
+    bound = tirx.LT(tid, tirx.IntImm(str(tid.ty), threads))
+
+    def guard(realize):
+        if not realize.iter_values and realize.block.name_hint == "root":
+            return realize
+        predicate = realize.predicate
+        if isinstance(predicate, tirx.IntImm) and int(predicate.value) == 1:
+            new = bound
+        else:
+            new = tirx.And(bound, predicate)
+        return s_tir.SBlockRealize(realize.iter_values, new, realize.block)
+
+    return tvm_ffi.structural_map(body, (s_tir.SBlockRealize, guard))
