@@ -54,6 +54,8 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
     lowered = run_keeping_errors(rtask_pipeline(tvm_target, **opts), mod)
     planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]))
     if tvm_target.kind.name == "cuda":
+        from .runtime import cuda_status  # noqa: F401 - registers tvm_rtask.check_status
+
         return tvm.compile(lowered, target=tvm_target, relax_pipeline=_finish_pipeline(tvm_target))
     if threads.num_threads() < planned.vdevice.num_veu:
         threads.set_num_threads(planned.vdevice.num_veu)

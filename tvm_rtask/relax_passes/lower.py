@@ -107,6 +107,19 @@ def _cuda_program(program: RProgram, plan: Plan, mod, tensors, inputs, outputs, 
     return func, constants, [*outputs, *workspaces]
 
 
+def _append_status_check(func: relax.Function, sync_constants: list) -> relax.Function:
+    """``main`` followed by ``tvm_rtask.check_status(sync words...)`` (impure, after the
+    dataflow block): a barrier timeout in any CUDA rProgram becomes a Python exception."""
+    body = func.body
+    check = relax.Call(
+        relax.ExternFunc("tvm_rtask.check_status"), sync_constants, ty_args=[relax.ObjectType()]
+    )
+    binding = relax.VarBinding(relax.Var("rtask_status", relax.ObjectType()), check)
+    blocks = [*body.blocks, relax.BindingBlock([binding])]
+    new_body = relax.SeqExpr(blocks, body.body)
+    return relax.Function(func.params, new_body, func.ret_ty, False, func.attrs)
+
+
 def _lower_program(
     k: int,
     program: RProgram,
@@ -157,5 +170,17 @@ class LowerRPrograms:
             else:
                 bindings += _lower_program(k, step, plan, mod, extracted, consumers, builder)
         mod = builder.get()
-        mod["main"] = replace_block(mod["main"], extracted.block_index, bindings)
+        main = replace_block(mod["main"], extracted.block_index, bindings)
+        if plan.vdevice.spec.kind == "cuda" and plan.options.get("check_status", True):
+            sync = [
+                b.value.args[1].fields[-1]
+                for b in bindings
+                if isinstance(b.value, relax.Call)
+                and b.value.args
+                and isinstance(b.value.args[0], tvm.ir.GlobalVar)
+                and b.value.args[0].name_hint.startswith("rprogram_")
+            ]
+            if sync:
+                main = _append_status_check(main, sync)
+        mod["main"] = main
         return relax.transform.DeadCodeElimination()(relax.transform.Normalize()(mod))

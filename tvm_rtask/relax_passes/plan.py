@@ -97,7 +97,7 @@ def _cpu_rkernels(mod: tvm.IRModule, vdevice: VDevice, options: RTaskOptions):
     return rkernels_for
 
 
-def _cuda_rkernels(mod: tvm.IRModule, options: RTaskOptions, shared: list[int]):
+def _cuda_rkernels(mod: tvm.IRModule, options: RTaskOptions, shared: list[int], max_rtasks: int):
     """rKernel maker for cuda: the rKernel is added as ``<name>_rkernel`` beside the scheduled
     operator, which stays callable as an ordinary kernel."""
     threads = options.cuda_threads
@@ -105,7 +105,7 @@ def _cuda_rkernels(mod: tvm.IRModule, options: RTaskOptions, shared: list[int]):
 
     def rkernels_for(name: str) -> list[RKernel]:
         if name not in cache:
-            kernel = make_cuda_rkernel(mod[name])
+            kernel = make_cuda_rkernel(mod[name], max_rtasks)
             if kernel.threads > threads:
                 raise UnsupportedOperator(
                     f"{name} is scheduled with {kernel.threads} threads per block, more than "
@@ -154,14 +154,16 @@ class PlanRPrograms:
         if target.kind.name == "cuda":
             mod = _schedule_all(mod, cuda_schedule_target(target, options.cuda_threads))
             shared: list[int] = []
-            extracted = extract_graph(mod, _cuda_rkernels(mod, options, shared))
             spec = get_spec(options.device or ARCH_SPECS.get(str(target.arch), "h100"))
+            num_veu = options.num_veu or spec.num_sms
+            max_rtasks = num_veu * options.rtasks_per_veu
+            extracted = extract_graph(mod, _cuda_rkernels(mod, options, shared, max_rtasks))
             vdevice = VDevice.cuda(
                 spec,
                 threads=options.cuda_threads,
                 registers=options.cuda_registers,
                 shared_mem=max(shared, default=0),
-                num_veu=options.num_veu or spec.num_sms,
+                num_veu=num_veu,
             )
         else:
             vdevice = cpu_vdevice(options)

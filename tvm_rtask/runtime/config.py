@@ -54,6 +54,7 @@ CONFIG_OPTIONS: dict[str, str] = {
     "rtask.cuda_threads": "int",
     "rtask.cuda_registers": "int",
     "rtask.device": "str",
+    "rtask.check_status": "bool",
 }
 
 # Result codes of tvm_rtask_register_config_options (src/pass_config.cc).

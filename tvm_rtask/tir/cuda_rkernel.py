@@ -164,8 +164,13 @@ def _lower_cross_thread_reductions(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return mod["main"]
 
 
-def make_cuda_rkernel(func: tirx.PrimFunc) -> CUDARKernel:
-    """Rewrite a GPU-scheduled PrimFunc into an rKernel (see the module docstring)."""
+def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUDARKernel:
+    """Rewrite a GPU-scheduled PrimFunc into an rKernel (see the module docstring).
+
+    With ``max_rtasks``, a kernel with more thread blocks than that is coarsened: one rTask
+    runs ``g`` consecutive blocks in a loop, so that planning and task tables stay
+    proportional to the vEU count rather than to the grid size.
+    """
     cross_thread = _has_cross_thread_reduction(func)
     if cross_thread:
         func = _lower_cross_thread_reductions(func)
@@ -201,13 +206,37 @@ def make_cuda_rkernel(func: tirx.PrimFunc) -> CUDARKernel:
         raise UnsupportedOperator(f"unexpected thread binding {tag}")
 
     body = tvm_ffi.structural_map(func.body, (tirx.For, strip))
+    blocks = gx * gy * gz
+    num_rtasks = blocks
+    if max_rtasks is not None and blocks > max_rtasks:
+        group = -(-blocks // max_rtasks)
+        num_rtasks = -(-blocks // group)
+        body = _coarsen(body, rtask_id, group, blocks)
     rewritten = tirx.PrimFunc([*func.params, rtask_id, tid], body, attrs=func.attrs)
     return CUDARKernel(
         func=rewritten,
-        num_rtasks=gx * gy * gz,
+        num_rtasks=num_rtasks,
         threads=nx * ny * nz,
         shared_mem=_shared_bytes(func),
         cross_thread_reduction=cross_thread,
+    )
+
+
+def _coarsen(body, rtask_id, group: int, blocks: int):
+    """``for j in range(group): if block < blocks: body[rtask_id := rtask_id * group + j]``.
+
+    The condition is the same for every thread of the block, which ThreadSync must be told
+    (tvm_thread_invariant) to accept the syncs inside.
+    """
+    j = tirx.Var("rtask_block", "int64")
+    block = tirx.Add(tirx.Mul(rtask_id, tirx.IntImm("int64", group)), j)
+    inner = _substitute(body, rtask_id, block)
+    cond = tirx.call_intrin(
+        "bool", "tirx.tvm_thread_invariant", tirx.LT(block, tirx.IntImm("int64", blocks))
+    )
+    guarded = tirx.IfThenElse(cond, inner, None)
+    return tirx.For(
+        j, tirx.IntImm("int64", 0), tirx.IntImm("int64", group), tirx.ForKind.SERIAL, guarded
     )
 
 

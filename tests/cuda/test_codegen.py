@@ -1,0 +1,109 @@
+"""CUDA code generation without a GPU: persistent kernels that nvcc accepts, checked in shape.
+
+For each light model, tvm_rtask compiles for sm_80 and sm_90 and the generated CUDA source
+must compile with ``nvcc -ptx``. Structural checks: one ``__global__`` kernel per launch in
+the plan, vEUs within occupancy capacity, the barrier count encoded in the task tables, and
+guards plus syncs where a task has fewer threads than its vEU.
+"""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import tvm_rtask
+from tvm_rtask.core import OrdinaryCall
+from tvm_rtask.testing.onnx_light import load_light_model
+from tvm_rtask.tir.cuda_dispatch import WAIT, program_table
+
+NVCC = shutil.which("nvcc")
+IN_CI = ["squeezenet", "inception_v1", "shufflenet"]
+SLOW = ["resnet50", "densenet121", "inception_v2", "bvlc_alexnet", "zfnet512", "vgg19"]
+
+
+def _target(arch):
+    return {"kind": "cuda", "arch": arch}
+
+
+def _cuda_source(ex) -> str:
+    for module in ex.mod.imports:
+        for device in module.imports:
+            if device.kind == "cuda":
+                return device.inspect_source()
+    raise AssertionError("no CUDA module in the executable")
+
+
+def _nvcc(source: str, arch: str, tmp_path) -> None:
+    cu = tmp_path / f"kernels_{arch}.cu"
+    cu.write_text(source)
+    out = subprocess.run(
+        [NVCC, "-ptx", f"-arch={arch}", "-o", str(tmp_path / f"kernels_{arch}.ptx"), str(cu)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def _check(name, arch, tmp_path):
+    model = load_light_model(name)
+    plan = tvm_rtask.plan(model, _target(arch))
+    report = plan.report()
+    assert report["veus"] <= report["capacity"]
+    ex = tvm_rtask.compile(model, _target(arch))
+    source = _cuda_source(ex)
+    kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source))
+    programs = [k for k in kernels if k.startswith("rprogram_")]
+    assert len(programs) == report["rprograms"]
+    ordinary = [s for s in plan.steps if isinstance(s, OrdinaryCall)]
+    kernel_ordinary = [s for s in ordinary if plan.graph.op(s.op).func]
+    assert len(kernels) == len(programs) + len(kernel_ordinary)
+    assert f"__launch_bounds__({plan.options['cuda_threads']})" in source
+    waits = 0
+    for program in plan.programs():
+        table, pairs = program_table(program, {op: i for i, op in enumerate(program.ops())})
+        waits += int((table[..., 0] == WAIT).sum())
+    assert waits == report["barriers"]
+    if report["barriers"]:
+        assert "tvm_rtask_wait" in source and "__syncthreads()" in source
+    if NVCC:
+        _nvcc(source, arch, tmp_path)
+    return plan, source
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", IN_CI)
+def test_light_model_cuda_source_compiles(name, arch, tmp_path):
+    if not NVCC:
+        pytest.skip("nvcc not found: structural checks ran, the nvcc compile did not")
+    _check(name, arch, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", SLOW)
+def test_slow_light_model_cuda_source_compiles(name, arch, tmp_path):
+    if not NVCC:
+        pytest.skip("nvcc not found")
+    _check(name, arch, tmp_path)
+
+
+def test_tasks_with_fewer_threads_are_guarded(tmp_path):
+    plan, source = _check("squeezenet", "sm_90", tmp_path) if NVCC else (None, None)
+    if plan is None:
+        pytest.skip("nvcc not found")
+    vEU = plan.options["cuda_threads"]
+    fewer = {
+        k.threads for op in plan.graph.ops if op.supported for k in op.rkernels if k.threads < vEU
+    }
+    assert fewer, "expected some 128-thread tasks in 256-thread vEUs"
+    for threads in fewer:
+        assert re.search(rf"threadIdx\.x\)*\s*<\s*\(?(\(int64_t\))?{threads}", source), threads
+
+
+def test_executable_checks_the_status_words():
+    mod = tvm_rtask.rtask_pipeline(tvm_rtask.relax_passes.as_target("cuda"))(
+        tvm_rtask.frontend.load(load_light_model("squeezenet"))
+    )
+    assert "tvm_rtask.check_status" in mod["main"].script()

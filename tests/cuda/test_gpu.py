@@ -1,0 +1,121 @@
+"""On a real GPU: persistent kernels against TVM's default CUDA build, timeouts, replays.
+
+Marked ``gpu``: skipped (by tests/conftest.py) where ``tvm.cuda(0)`` does not exist.
+"""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_rtask
+from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
+from tvm_rtask.testing.onnx_light import (
+    LIGHT_MODELS,
+    load_light_model,
+    random_inputs,
+    relative_error,
+)
+from tvm_rtask.tir.cpu_dispatch import TensorDecl
+from tvm_rtask.tir.cuda_dispatch import (
+    ENTRY_WORDS,
+    WAIT,
+    CUDAProgramCode,
+    build_cuda_dispatcher,
+    sync_words,
+)
+from tvm_rtask.tir.cuda_rkernel import make_cuda_rkernel, schedule_for_cuda
+
+pytestmark = pytest.mark.gpu
+TARGET = {"kind": "cuda", "arch": "sm_90"}
+
+
+def _run(ex, inputs, dev):
+    vm = relax.VirtualMachine(ex, dev)
+    out = vm["main"](*(tvm.runtime.tensor(v, dev) for v in inputs.values()))
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+
+@pytest.mark.parametrize("policy", ["wavefront", "sequential"])
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_matches_tvm_default_cuda_build(name, policy):
+    dev = tvm.cuda(0)
+    model = load_light_model(name)
+    inputs = random_inputs(model)
+    mod = tvm_rtask.frontend.load(model)
+    reference = _run(tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev)
+    actual = _run(tvm_rtask.compile(mod, TARGET, policy=policy), inputs, dev)
+    for a, e in zip(actual, reference, strict=True):
+        assert relative_error(a, e) < 1e-4, (name, policy, relative_error(a, e))
+
+
+def test_thousand_replays_give_identical_results():
+    dev = tvm.cuda(0)
+    model = load_light_model("squeezenet")
+    inputs = random_inputs(model)
+    vm = relax.VirtualMachine(tvm_rtask.compile(model, TARGET), dev)
+    args = [tvm.runtime.tensor(v, dev) for v in inputs.values()]
+    first = [o.numpy() for o in vm["main"](*args)]
+    for _ in range(1000):
+        out = vm["main"](*args)
+    for a, b in zip([o.numpy() for o in out], first, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_replay_under_a_cuda_graph():
+    dev = tvm.cuda(0)
+    model = load_light_model("inception_v1")
+    inputs = random_inputs(model)
+    plain = _run(tvm_rtask.compile(model, TARGET), inputs, dev)
+    with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+        ex = tvm_rtask.compile(model, TARGET)
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(v, dev) for v in inputs.values()]
+    for _ in range(3):  # capture, then replays
+        out = [o.numpy() for o in vm["main"](*args)]
+    for a, b in zip(out, plain, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_broken_plan_times_out_with_an_error():
+    """vEU 0 waits for a step vEU 1 never reaches: the kernel returns and the check raises."""
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Add:
+        @R.function
+        def main(x: R.Tensor((1024,), "float32")):
+            with R.dataflow():
+                y = R.add(x, x)
+                R.output(y)
+            return y
+
+    target = tvm_rtask.relax_passes.as_target(TARGET)
+    mod = RTaskPrepare()(Add)
+    op = extract_graph(mod).operators[0]
+    kernel = make_cuda_rkernel(schedule_for_cuda(mod[op.func], target))
+    table = np.zeros((2, 1, ENTRY_WORDS), "int32")
+    table[0, 0] = [WAIT, 0, 1, 0, 0]
+    pairs = np.array([[1, 5]], "int32")
+    code = CUDAProgramCode(
+        inputs=[TensorDecl("x", (1024,), "float32")],
+        outputs=[TensorDecl("y", (1024,), "float32")],
+        calls={"add": (kernel, ["x", "x", "y"])},
+        num_veu=2,
+        threads=256,
+        table=table,
+        pairs=pairs,
+        op_index={"add": 0},
+    )
+    func = build_cuda_dispatcher(code, timeout_ns=100_000_000).with_attr("global_symbol", "main")
+    lib = tvm.compile(tvm.IRModule({"main": func}), target)
+    dev = tvm.cuda(0)
+    sync = tvm.runtime.tensor(sync_words(2), dev)
+    x = tvm.runtime.tensor(np.ones(1024, "float32"), dev)
+    y = tvm.runtime.empty((1024,), "float32", dev)
+    lib["main"](x, tvm.runtime.tensor(table, dev), tvm.runtime.tensor(pairs, dev), sync, y)
+    dev.sync()
+    from tvm_rtask.runtime.cuda_status import check_status
+
+    with pytest.raises(RuntimeError, match="timed out"):
+        check_status(sync)

@@ -1,0 +1,73 @@
+"""The CUDA rKernel rewrite: blockIdx -> rtask_id, thread remap, guards, coarsening."""
+
+import pytest
+import tvm
+from tvm.script import relax as R
+from tvm.target import Target
+
+from tvm_rtask.relax_passes import prepare_pipeline
+from tvm_rtask.relax_passes.plan import cuda_schedule_target
+from tvm_rtask.tir.cuda_rkernel import guard_surplus_threads, make_cuda_rkernel, schedule_for_cuda
+
+TARGET = cuda_schedule_target(Target({"kind": "cuda", "arch": "sm_90"}, host="llvm"), 256)
+
+
+@tvm.script.ir_module
+class Ops:
+    @R.function
+    def main(x: R.Tensor((1, 16, 28, 28), "float32"), w: R.Tensor((32, 16, 3, 3), "float32")):
+        with R.dataflow():
+            y = R.nn.relu(R.nn.conv2d(x, w, padding=1))
+            z = R.nn.softmax(R.reshape(y, (32, 784)), axis=1)
+            R.output(z)
+        return z
+
+
+@pytest.fixture(scope="module")
+def scheduled():
+    mod = prepare_pipeline()(Ops)
+    return {
+        gv.name_hint: schedule_for_cuda(mod[gv], TARGET)
+        for gv in mod.get_global_vars()
+        if isinstance(mod[gv], tvm.tirx.PrimFunc)
+    }
+
+
+def _blocks(func):
+    text = func.script()
+    return text.count('"blockIdx'), text.count("vthread")
+
+
+def test_rewrite_removes_block_and_virtual_threads(scheduled):
+    for name, func in scheduled.items():
+        kernel = make_cuda_rkernel(func)
+        assert _blocks(kernel.func) == (0, 0), name
+        assert [p.name for p in kernel.func.params[-2:]] == ["rtask_id", "tid"]
+        assert kernel.num_rtasks >= 1 and 1 <= kernel.threads <= 256
+
+
+def test_rtask_count_is_the_grid_and_coarsening_bounds_it(scheduled):
+    conv = next(f for n, f in scheduled.items() if "conv2d" in n)
+    text = conv.script()
+    full = make_cuda_rkernel(conv)
+    assert full.num_rtasks > 4
+    assert f'T.thread_binding(T.int64({full.num_rtasks}), thread="blockIdx.x")' in text or (
+        "blockIdx.y" in text
+    )
+    coarse = make_cuda_rkernel(conv, max_rtasks=4)
+    assert coarse.num_rtasks <= 4
+    assert "tvm_thread_invariant" in coarse.func.script()
+
+
+def test_softmax_is_a_cross_thread_reduction(scheduled):
+    softmax = next(f for n, f in scheduled.items() if "softmax" in n)
+    assert make_cuda_rkernel(softmax).cross_thread_reduction
+
+
+def test_surplus_threads_are_guarded_per_block(scheduled):
+    conv = next(f for n, f in scheduled.items() if "conv2d" in n)
+    kernel = make_cuda_rkernel(conv)
+    tid = kernel.func.params[-1]
+    guarded = guard_surplus_threads(kernel.func.body, tid, kernel.threads)
+    text = tvm.tirx.PrimFunc(kernel.func.params, guarded).script()
+    assert text.count(f"tid < T.int64({kernel.threads})") >= 2

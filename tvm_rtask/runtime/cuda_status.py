@@ -1,0 +1,39 @@
+"""The host side of the CUDA barrier timeout: turn a persistent kernel's status word into an
+exception.
+
+Every CUDA rProgram gets a constant int32 array of sync words (step counters, a finish
+counter, then status words). A wait that times out sets ``status[0] = 1`` and records who
+waited for whom; the kernel drains instead of hanging. ``main`` ends with a call to
+``tvm_rtask.check_status`` on those arrays, registered here, which raises with the details.
+Importing ``tvm_rtask`` (or this module) in the process that runs the executable registers it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+
+STATUS_WORDS = 8
+
+
+@tvm.register_global_func("tvm_rtask.check_status", override=True)
+def check_status(*sync_arrays) -> None:
+    """Raise if any rProgram's status word reports a barrier timeout."""
+    for k, array in enumerate(sync_arrays):
+        words = array.numpy()
+        num_veu = len(words) - 1 - STATUS_WORDS
+        status = words[num_veu + 1 :]
+        if status[0] != 0:
+            raise RuntimeError(
+                f"tvm_rtask: a step-array barrier timed out in persistent CUDA kernel {k}: "
+                f"vEU {status[1]} waited for vEU {status[2]} to reach step {status[3]} "
+                f"(it reached {status[4]}). The plan waits for a task that never runs, or "
+                "not all vEUs were co-resident; raise spin_timeout_ms if a task is just slow. "
+                "The executable must be reloaded before it is used again."
+            )
+
+
+def sync_words_ok(array) -> bool:
+    """True when the status words of one sync array are clean (used by tests)."""
+    words = np.asarray(array)
+    return int(words[len(words) - STATUS_WORDS]) == 0
