@@ -52,14 +52,46 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
     native.load()
     opts = _options(policy, barrier, options)
     lowered = run_keeping_errors(rtask_pipeline(tvm_target, **opts), mod)
+    # (the plan's options are resolved: keywords, then rtask.* PassContext keys, then defaults)
     planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]))
     if tvm_target.kind.name == "cuda":
         from .runtime import cuda_status  # noqa: F401 - registers tvm_rtask.check_status
 
-        return tvm.compile(lowered, target=tvm_target, relax_pipeline=_finish_pipeline(tvm_target))
+        ex = tvm.compile(lowered, target=tvm_target, relax_pipeline=_finish_pipeline(tvm_target))
+        if planned.options.get("verify_occupancy", True) and planned.programs():
+            _verify_occupancy(ex, planned, str(tvm_target.arch))
+        return ex
     if threads.num_threads() < planned.vdevice.num_veu:
         threads.set_num_threads(planned.vdevice.num_veu)
     return tvm.compile(lowered, target=tvm_target)
+
+
+def cuda_source(ex) -> str:
+    """The generated CUDA source of a compiled executable ("" when there is none)."""
+    pending = [ex.mod]
+    while pending:
+        module = pending.pop()
+        if module.kind == "cuda":
+            return module.inspect_source()
+        pending.extend(module.imports)
+    return ""
+
+
+def _verify_occupancy(ex, plan: Plan, arch: str) -> None:
+    """ptxas's register and shared-memory counts must let every vEU be resident at once."""
+    import logging
+
+    from .tir.occupancy import check_co_residency, find_nvcc, ptxas_usage
+
+    if find_nvcc() is None:
+        logging.getLogger(__name__).warning(
+            "nvcc not found: co-residency of the persistent kernels was not verified "
+            "(ptxas register counts unknown); vEUs were sized from the analytical model"
+        )
+        return
+    usage = ptxas_usage(cuda_source(ex), arch)
+    threads = int(plan.options.get("cuda_threads", 256))
+    check_co_residency(plan.vdevice.spec, threads, plan.vdevice.num_veu, usage)
 
 
 def _finish_pipeline(target) -> tvm.transform.Pass:

@@ -29,6 +29,7 @@ class RTaskOptions:
     cuda_registers: int = 0  # CUDA: registers per thread assumed for occupancy (0: unknown)
     device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
     check_status: bool = True  # CUDA: main checks the barrier status words after the programs
+    verify_occupancy: bool = True  # CUDA: ptxas -v registers must let all vEUs be co-resident
 
     def validate(self) -> RTaskOptions:
         from .schedule import policy_names

@@ -14,6 +14,7 @@ import pytest
 
 import tvm_rtask
 from tvm_rtask.core import OrdinaryCall
+from tvm_rtask.errors import CapacityError
 from tvm_rtask.testing.onnx_light import load_light_model
 from tvm_rtask.tir.cuda_dispatch import WAIT, program_table
 
@@ -51,7 +52,7 @@ def _check(name, arch, tmp_path):
     plan = tvm_rtask.plan(model, _target(arch))
     report = plan.report()
     assert report["veus"] <= report["capacity"]
-    ex = tvm_rtask.compile(model, _target(arch))
+    ex = tvm_rtask.compile(model, _target(arch), verify_occupancy=False)
     source = _cuda_source(ex)
     kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source))
     programs = [k for k in kernels if k.startswith("rprogram_")]
@@ -100,6 +101,15 @@ def test_tasks_with_fewer_threads_are_guarded(tmp_path):
     assert fewer, "expected some 128-thread tasks in 256-thread vEUs"
     for threads in fewer:
         assert re.search(rf"threadIdx\.x\)*\s*<\s*\(?(\(int64_t\))?{threads}", source), threads
+
+
+def test_ptxas_registers_bound_the_vEUs():
+    if not NVCC:
+        pytest.skip("nvcc not found")
+    model = load_light_model("squeezenet")
+    tvm_rtask.compile(model, "cuda")  # default: verified against ptxas -v, 132 vEUs fit
+    with pytest.raises(CapacityError, match="registers per thread"):
+        tvm_rtask.compile(model, "cuda", num_veu=1056)
 
 
 def test_executable_checks_the_status_words():

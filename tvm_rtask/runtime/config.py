@@ -55,6 +55,7 @@ CONFIG_OPTIONS: dict[str, str] = {
     "rtask.cuda_registers": "int",
     "rtask.device": "str",
     "rtask.check_status": "bool",
+    "rtask.verify_occupancy": "bool",
 }
 
 # Result codes of tvm_rtask_register_config_options (src/pass_config.cc).
