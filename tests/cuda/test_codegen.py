@@ -55,10 +55,15 @@ def _check(name, arch, tmp_path):
     ex = tvm_rtask.compile(model, _target(arch), verify_occupancy=False)
     source = _cuda_source(ex)
     kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source))
-    programs = [k for k in kernels if k.startswith("rprogram_")]
-    assert len(programs) == report["rprograms"]
+    programs = {k for k in kernels if k.startswith("rprogram_")}
+    # One launch per rProgram: main calls one persistent kernel per rProgram (identical
+    # rPrograms, e.g. repeated ShuffleNet units, share one kernel and differ by their tables).
+    lowered = tvm_rtask.rtask_pipeline(_target(arch))(tvm_rtask.frontend.load(model))
+    calls = re.findall(r"R\.call_tir\((rprogram_\d+)", lowered["main"].script())
+    assert len(calls) == report["rprograms"]
+    assert {f"{c}_kernel" for c in calls} == programs
     ordinary = [s for s in plan.steps if isinstance(s, OrdinaryCall)]
-    kernel_ordinary = [s for s in ordinary if plan.graph.op(s.op).func]
+    kernel_ordinary = {plan.graph.op(s.op).func for s in ordinary if plan.graph.op(s.op).func}
     assert len(kernels) == len(programs) + len(kernel_ordinary)
     assert f"__launch_bounds__({plan.options['cuda_threads']})" in source
     waits = 0

@@ -97,25 +97,47 @@ def _cpu_rkernels(mod: tvm.IRModule, vdevice: VDevice, options: RTaskOptions):
     return rkernels_for
 
 
-def _cuda_rkernels(mod: tvm.IRModule, options: RTaskOptions, shared: list[int], max_rtasks: int):
+def _cuda_rkernels(
+    mod: tvm.IRModule,
+    unscheduled: dict[str, tvm.tirx.PrimFunc],
+    target: Target,
+    options: RTaskOptions,
+    shared: list[int],
+    max_rtasks: int,
+):
     """rKernel maker for cuda: the rKernel is added as ``<name>_rkernel`` beside the scheduled
-    operator, which stays callable as an ordinary kernel."""
+    operator, which stays callable as an ordinary kernel.
+
+    A kernel that reduces across a number of threads other than the vEU's cannot share the
+    vEU's block (the allreduce spans the whole block); it is rescheduled with dlight's
+    Fallback rule (serial reduction per thread) and stays ordinary only if that fails too.
+    """
     threads = options.cuda_threads
     cache: dict[str, list[RKernel]] = {}
+
+    def fits(kernel) -> str:
+        if kernel.threads > threads:
+            return (
+                f"scheduled with {kernel.threads} threads per block, more than the vEU's "
+                f"{threads} (option cuda_threads)"
+            )
+        if kernel.cross_thread_reduction and kernel.threads != threads:
+            return (
+                f"reduces across its {kernel.threads} threads, which needs a vEU of exactly "
+                f"that many threads (the vEU has {threads})"
+            )
+        return ""
 
     def rkernels_for(name: str) -> list[RKernel]:
         if name not in cache:
             kernel = make_cuda_rkernel(mod[name], max_rtasks)
-            if kernel.threads > threads:
-                raise UnsupportedOperator(
-                    f"{name} is scheduled with {kernel.threads} threads per block, more than "
-                    f"the vEU's {threads} (option cuda_threads)"
-                )
-            if kernel.cross_thread_reduction and kernel.threads != threads:
-                raise UnsupportedOperator(
-                    f"{name} reduces across its {kernel.threads} threads, which needs a vEU of "
-                    f"exactly that many threads (the vEU has {threads})"
-                )
+            reason = fits(kernel)
+            if reason and name in unscheduled:
+                serial = schedule_for_cuda(unscheduled[name], target, fallback_only=True)
+                kernel = make_cuda_rkernel(serial, max_rtasks)
+                reason = fits(kernel)
+            if reason:
+                raise UnsupportedOperator(f"{name} {reason}")
             mod[f"{name}{RKERNEL_SUFFIX}"] = kernel.func
             shared.append(kernel.shared_mem)
             cache[name] = [
@@ -151,13 +173,24 @@ class PlanRPrograms:
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         options = resolve_options(self.options, ctx.config)
         target = as_target(self.target)
+        # Work on a copy: rKernels replace or join functions, and a pass must leave its input
+        # module as it was (planning one module under two policies must work).
+        mod = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
         if target.kind.name == "cuda":
-            mod = _schedule_all(mod, cuda_schedule_target(target, options.cuda_threads))
+            schedule_target = cuda_schedule_target(target, options.cuda_threads)
+            unscheduled = {
+                gv.name_hint: f
+                for gv, f in mod.functions.items()
+                if isinstance(f, tvm.tirx.PrimFunc)
+            }
+            mod = _schedule_all(mod, schedule_target)
             shared: list[int] = []
             spec = get_spec(options.device or ARCH_SPECS.get(str(target.arch), "h100"))
             num_veu = options.num_veu or spec.num_sms
             max_rtasks = num_veu * options.rtasks_per_veu
-            extracted = extract_graph(mod, _cuda_rkernels(mod, options, shared, max_rtasks))
+            extracted = extract_graph(
+                mod, _cuda_rkernels(mod, unscheduled, schedule_target, options, shared, max_rtasks)
+            )
             vdevice = VDevice.cuda(
                 spec,
                 threads=options.cuda_threads,

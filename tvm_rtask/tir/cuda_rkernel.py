@@ -40,8 +40,14 @@ class CUDARKernel:
     cross_thread_reduction: bool  # needs exactly `threads` threads: no surplus allowed
 
 
-def schedule_for_cuda(func: tirx.PrimFunc, target: Target) -> tirx.PrimFunc:
-    """dlight's default GPU schedules (Matmul, GEMV, Reduction, GeneralReduction, Fallback)."""
+def schedule_for_cuda(
+    func: tirx.PrimFunc, target: Target, fallback_only: bool = False
+) -> tirx.PrimFunc:
+    """dlight's default GPU schedules (Matmul, GEMV, Reduction, GeneralReduction, Fallback).
+
+    ``fallback_only`` uses dlight's Fallback rule alone: every thread reduces serially, so the
+    kernel has no cross-thread reduction and can run in a vEU with more threads than it uses.
+    """
     import tvm
     from tvm.s_tir import dlight as dl
 
@@ -50,7 +56,7 @@ def schedule_for_cuda(func: tirx.PrimFunc, target: Target) -> tirx.PrimFunc:
     mod = tvm.IRModule({"main": func})
     rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction()]
     with target:
-        mod = dl.ApplyDefaultSchedule(*rules, dl.gpu.Fallback())(mod)
+        mod = dl.ApplyDefaultSchedule(*([] if fallback_only else rules), dl.gpu.Fallback())(mod)
     return mod["main"]
 
 
