@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "compile": ("api", "compile"),
+    "compile_with_plan": ("api", "compile_with_plan"),
     "plan": ("api", "plan"),
     "rtask_pipeline": ("relax_passes", "rtask_pipeline"),
     "frontend": ("frontend", None),

@@ -47,6 +47,13 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
     with ``tvm.relax.VirtualMachine(ex, tvm.cpu())``. TVM's CPU thread pool is grown to the
     plan's vEU count, because every vEU must have a worker thread running at the same time.
     """
+    return compile_with_plan(mod, target, policy, barrier, **options)[0]
+
+
+def compile_with_plan(
+    mod, target="llvm", policy: str | None = None, barrier: str | None = None, **options
+):
+    """:func:`compile`, also returning the Plan it compiled (no second planning run)."""
     mod = frontend.load(mod)
     tvm_target = as_target(target)
     native.load()
@@ -60,10 +67,10 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
         ex = tvm.compile(lowered, target=tvm_target, relax_pipeline=_finish_pipeline(tvm_target))
         if planned.options.get("verify_occupancy", True) and planned.programs():
             _verify_occupancy(ex, planned, str(tvm_target.arch))
-        return ex
+        return ex, planned
     if threads.num_threads() < planned.vdevice.num_veu:
         threads.set_num_threads(planned.vdevice.num_veu)
-    return tvm.compile(lowered, target=tvm_target)
+    return tvm.compile(lowered, target=tvm_target), planned
 
 
 def cuda_source(ex) -> str:
