@@ -8,7 +8,7 @@ vector clocks, so a wrong plan is an error naming the tasks, never a hang on the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,11 @@ class RProgram:
     ``append`` keeps barriers minimal: it tracks, per vEU, which order of every other vEU is
     already known to be finished (a vector clock, transitive through earlier barriers), and
     emits only the waits that are not known yet.
+
+    A global barrier (IOS stages, ``wavefront_global``) is one ``Barrier`` object appended to
+    every vEU that passes it, waiting for the last task of every vEU of the stage before,
+    the vEU's own pair included. Checks and simulation handle such a wide shared barrier
+    once, not once per vEU; ``from_dict`` shares equal wide barriers again.
     """
 
     def __init__(self, num_veu: int, name: str = "") -> None:
@@ -89,6 +94,10 @@ class RProgram:
         # _after[_row_of[u][j]]: the clock right after task j of vEU u, to merge into waiters.
         self._after = np.empty((16, num_veu), dtype=np.int64)
         self._row_of: list[list[int]] = [[] for _ in range(num_veu)]
+        # id(barrier) -> (barrier, generation, clock) for wide (global) barriers; a rollback
+        # starts a new generation
+        self._clock_cache: dict[int, tuple[Barrier, int, np.ndarray | None]] = {}
+        self._generation = 0
 
     # -- building ----------------------------------------------------------------------
     def wait(self, task: RTask, deps: Iterable[RTask]) -> None:
@@ -109,51 +118,116 @@ class RProgram:
             if need.get(u, -1) < j:
                 need[u] = j
 
-    def append(self, task: RTask, veu: int) -> int:
+    def append(self, task: RTask, veu: int, after: Sequence[int] | np.ndarray | None = None) -> int:
         """Put ``task`` at the end of ``veu``, after a barrier for its not-yet-known waits.
 
+        The waits are those recorded by ``wait`` and, when given, ``after``: one order per vEU
+        (``after[u] = j`` means "after task j of vEU u"; -1 for none). ``after`` lets a policy
+        that tracks the last task of each predecessor per vEU skip building RTask lists.
         Returns the task's order on the vEU.
         """
-        self._check_veu(veu)
-        if task.key in self._pos:
-            raise PlanError(f"{task} is already in rProgram {self.name!r} at {self._pos[task.key]}")
-        need = self._pending.pop(task.key, None)
+        if not 0 <= veu < self.num_veu:
+            self._check_veu(veu)
+        key = task.key
+        if key in self._pos:
+            raise PlanError(f"{task} is already in rProgram {self.name!r} at {self._pos[key]}")
+        need = self._pending.pop(key, None) if self._pending else None
+        if after is None and not need:
+            return self._push_task(task, veu)
+        known = self._known[veu]
+        waits: list[tuple[int, int]] = []
+        if after is not None:
+            a = np.asarray(after, dtype=np.int64)
+            if a.shape != (self.num_veu,):
+                raise PlanError(
+                    f"{task}: after must hold one order per vEU ({self.num_veu}), got {a.shape}"
+                )
+            mask = known < a
+            mask[veu] = False
+            idx = np.flatnonzero(mask)
+            if len(idx):
+                us, js = idx.tolist(), a[idx].tolist()
+                counts = self._counts
+                if any(j >= counts[u] for u, j in zip(us, js, strict=True)):
+                    raise PlanError(
+                        f"{task} waits for a task that is not in rProgram {self.name!r} yet: "
+                        "append dependencies first"
+                    )
+                waits = list(zip(us, js, strict=True))
         if need:
-            known = self._known[veu]
-            waits = [(u, j) for u, j in sorted(need.items()) if u != veu and known[u] < j]
-            if waits:
-                self.append_barrier(veu, self._drop_implied(waits))
+            merged = dict(waits)
+            for u, j in need.items():
+                if u != veu and known[u] < j and merged.get(u, -1) < j:
+                    merged[u] = j
+            waits = sorted(merged.items())
+        if waits:
+            self._append_waits(veu, waits)
         return self._push_task(task, veu)
 
-    def _drop_implied(self, waits: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Drop a wait that another wait of the same barrier already implies.
+    def _append_waits(self, veu: int, waits: list[tuple[int, int]]) -> None:
+        """Append a barrier for ``waits`` (sorted, existing tasks, none known yet) without
+        the waits another wait of it already implies.
 
         Happens-before is a partial order, so the waits no other wait implies remain and
-        together still imply every dropped one.
+        together still imply every dropped one; the clock after the barrier is the join of
+        the clocks after all of them (a dropped one's is below its implier's).
         """
-        if len(waits) < 2:
-            return waits
-        us = np.fromiter((u for u, _ in waits), dtype=np.int64, count=len(waits))
-        js = np.fromiter((j for _, j in waits), dtype=np.int64, count=len(waits))
-        after = self._after[[self._row_of[u][j] for u, j in waits]]  # row k: after wait k
-        implied = after[:, us] >= js  # [k, i]: wait k implies wait i
-        np.fill_diagonal(implied, False)
-        keep = ~implied.any(axis=0)
-        return [w for w, k in zip(waits, keep, strict=True) if k]
-
-    def append_barrier(self, veu: int, waits: Iterable[tuple[int, int]]) -> Barrier:
-        """Append a barrier as given, without reduction (for tests and deserialisation)."""
-        self._check_veu(veu)
-        b = Barrier(tuple(waits))
+        rows = [self._row_of[u][j] for u, j in waits]
+        after = self._after[rows]  # row k: the clock after wait k
+        if len(waits) > 1:
+            us = [u for u, _ in waits]
+            js = np.array([j for _, j in waits], dtype=np.int64)
+            implied = after[:, us] >= js  # [k, i]: wait k implies wait i
+            np.fill_diagonal(implied, False)
+            keep = ~implied.any(axis=0)
+            if not keep.all():
+                waits = [w for w, k in zip(waits, keep.tolist(), strict=True) if k]
+        b = object.__new__(Barrier)  # the waits are already sorted pairs of ints
+        object.__setattr__(b, "waits", tuple(waits))
         self.entries[veu].append(b)
-        rows = [
-            self._row_of[u][j]
-            for u, j in b.waits
-            if 0 <= u < self.num_veu and 0 <= j < self._counts[u]
-        ]
-        if rows:
-            np.maximum(self._known[veu], self._after[rows].max(axis=0), out=self._known[veu])
+        np.maximum(self._known[veu], after.max(axis=0), out=self._known[veu])
+
+    def append_barrier(self, veu: int, waits: Iterable[tuple[int, int]] | Barrier) -> Barrier:
+        """Append a barrier as given, without reduction (for tests, deserialisation and
+        global barriers).
+
+        A ``Barrier`` object may be appended to several vEUs: a global barrier is one object
+        shared by every vEU that passes it (its own pair included, which is harmless), so
+        its clock is merged once rather than once per vEU.
+        """
+        self._check_veu(veu)
+        b = waits if isinstance(waits, Barrier) else Barrier(tuple(waits))
+        self.entries[veu].append(b)
+        clock = self._barrier_clock(b)
+        if clock is not None:
+            np.maximum(self._known[veu], clock, out=self._known[veu])
         return b
+
+    def _barrier_clock(self, b: Barrier) -> np.ndarray | None:
+        """What a vEU knows after ``b``: the join of the clocks of the tasks it waits for.
+
+        Cached per Barrier object until the next rollback (which may replace the tasks it
+        names); appending more tasks does not change it.
+        """
+        hit = self._clock_cache.get(id(b))
+        if hit is not None and hit[0] is b and hit[1] == self._generation:
+            return hit[2]
+        if len(b.waits) < 16:
+            rows = [
+                self._row_of[u][j]
+                for u, j in b.waits
+                if 0 <= u < self.num_veu and 0 <= j < self._counts[u]
+            ]
+        else:
+            a = b.array
+            ok = (a[:, 0] >= 0) & (a[:, 0] < self.num_veu)
+            a = a[ok]
+            ok = (a[:, 1] >= 0) & (a[:, 1] < np.asarray(self._counts)[a[:, 0]])
+            rows = [self._row_of[u][j] for u, j in a[ok].tolist()]
+        clock = self._after[rows].max(axis=0) if rows else None
+        if len(b.waits) >= 16:
+            self._clock_cache[id(b)] = (b, self._generation, clock)
+        return clock
 
     def _push_task(self, task: RTask, veu: int) -> int:
         order = self._counts[veu]
@@ -204,6 +278,8 @@ class RProgram:
         del self._ops[nops:]
         self._known = known
         self._pending = pending
+        self._generation += 1
+        self._clock_cache.clear()
 
     # -- queries -----------------------------------------------------------------------
     def position(self, task: RTask) -> tuple[int, int]:
@@ -320,6 +396,7 @@ class RProgram:
         waiters: dict[tuple[int, int], list[int]] = {}
         blocked_on: dict[int, tuple[int, int]] = {}
         out: list[tuple[int, int]] = []
+        passed: set[int] = set()  # wide barrier objects already satisfied (shared ones)
         stack = list(range(n - 1, -1, -1))
         while stack:
             v = stack.pop()
@@ -328,6 +405,12 @@ class RProgram:
             while i < len(es):
                 e = es[i]
                 if isinstance(e, Barrier):
+                    if id(e) in passed:
+                        pair[v] = 0
+                        blocked_on.pop(v, None)
+                        out.append((v, i))
+                        i += 1
+                        continue
                     waits = e.waits
                     k, m = pair[v], len(waits)
                     while k < m:
@@ -342,6 +425,8 @@ class RProgram:
                         break
                     pair[v] = 0
                     blocked_on.pop(v, None)
+                    if m >= 16:
+                        passed.add(id(e))
                     out.append((v, i))
                 else:
                     out.append((v, i))
@@ -387,6 +472,38 @@ class RProgram:
         base = np.concatenate(([0], np.cumsum(counts)))  # row of (v, j) is base[v] + j
         before = self._clocks(order, base)
         self._check_coverage(graph, tasks_of, pos, before, base)
+
+    def check_waves(self, graph: RGraph) -> None:
+        """Raise PlanError unless the ``wave`` fields suit a lowering with global barriers.
+
+        Such a lowering (one parallel loop per wave, everything joined between waves) ignores
+        the barrier entries, so it is correct only when each vEU runs its tasks in
+        non-decreasing wave order and every dependency inside the program goes from a lower
+        wave to a higher one.
+        """
+        lo: dict[str, int] = {}
+        hi: dict[str, int] = {}
+        for v, es in enumerate(self.entries):
+            last: RTask | None = None
+            for e in es:
+                if not isinstance(e, RTask):
+                    continue
+                if last is not None and e.wave < last.wave:
+                    raise PlanError(
+                        f"rProgram {self.name!r}: vEU {v} runs {e} (wave {e.wave}) after "
+                        f"{last} (wave {last.wave}); global barriers need each vEU's tasks "
+                        "in wave order"
+                    )
+                last = e
+                lo[e.op] = min(lo.get(e.op, e.wave), e.wave)
+                hi[e.op] = max(hi.get(e.op, e.wave), e.wave)
+        for b in lo:
+            for a in graph.preds(b):
+                if a in hi and hi[a] >= lo[b]:
+                    raise PlanError(
+                        f"rProgram {self.name!r}: {b} (wave {lo[b]}) reads {a} (wave {hi[a]}) "
+                        "in the same or a later wave; a global-barrier lowering would race"
+                    )
 
     def _check_tasks(
         self, graph: RGraph
@@ -439,13 +556,18 @@ class RProgram:
         after = np.empty((int(base[-1]), n), dtype=np.int64)
         cur = np.full((n, n), -1, dtype=np.int64)
         done = [0] * n
+        joined: dict[int, np.ndarray] = {}  # a barrier object shared by several vEUs: once
         for v, i in order:
             e = self.entries[v][i]
             if isinstance(e, Barrier):
                 if e.waits:
-                    w = e.array
-                    rows = base[w[:, 0]] + w[:, 1]
-                    np.maximum(cur[v], after[rows].max(axis=0), out=cur[v])
+                    clock = joined.get(id(e))
+                    if clock is None:
+                        w = e.array
+                        clock = after[base[w[:, 0]] + w[:, 1]].max(axis=0)
+                        if len(e.waits) >= 16:
+                            joined[id(e)] = clock
+                    np.maximum(cur[v], clock, out=cur[v])
                 continue
             k = done[v]
             cur[v, v] = k
@@ -521,9 +643,14 @@ class RProgram:
     def from_dict(cls, d: dict[str, Any]) -> RProgram:
         """Rebuild entries as given; replayed in execution order so ``append`` stays minimal."""
         p = cls(d["num_veu"], d.get("name", ""))
+        shared: dict[tuple, Barrier] = {}  # equal barriers become one object again
+
+        def barrier(waits: list) -> Barrier:
+            b = Barrier(tuple(map(tuple, waits)))
+            return shared.setdefault(b.waits, b) if len(b.waits) >= 16 else b
+
         raw: list[list[Entry]] = [
-            [Barrier(tuple(map(tuple, e["waits"]))) if "waits" in e else RTask(**e) for e in es]
-            for es in d["entries"]
+            [barrier(e["waits"]) if "waits" in e else RTask(**e) for e in es] for es in d["entries"]
         ]
         if len(raw) != p.num_veu:
             raise PlanError(f"rProgram {p.name!r}: {len(raw)} entry lists for {p.num_veu} vEUs")
@@ -536,7 +663,7 @@ class RProgram:
         for v, i in order:
             e = raw[v][i]
             if isinstance(e, Barrier):
-                p.append_barrier(v, e.waits)
+                p.append_barrier(v, e)
             else:
                 p._push_task(e, v)
         ops = d.get("ops")

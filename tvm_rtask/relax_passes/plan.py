@@ -16,7 +16,7 @@ from ..errors import CapacityError, OptionError, UnsupportedOperator, remember_e
 from ..options import RTaskOptions, resolve_options
 from ..schedule import AnalyticalCostModel, make_plan
 from ..tir.cpu_rkernel import make_cpu_rkernel
-from ..tir.cuda_rkernel import make_cuda_rkernel, schedule_for_cuda
+from ..tir.cuda_rkernel import make_cuda_rkernel, schedule_for_cuda, schedule_serial_reduction
 from .extract import extract_graph
 
 PLAN_ATTR = "rtask.plan"
@@ -109,23 +109,22 @@ def _cuda_rkernels(
     operator, which stays callable as an ordinary kernel.
 
     A kernel that reduces across a number of threads other than the vEU's cannot share the
-    vEU's block (the allreduce spans the whole block); it is rescheduled with dlight's
-    Fallback rule (serial reduction per thread) and stays ordinary only if that fails too.
+    vEU's block (the allreduce spans a 2-D block); it is rescheduled with one output element
+    per thread and serial reductions, and stays ordinary only if that fails too.
     """
     threads = options.cuda_threads
     cache: dict[str, list[RKernel]] = {}
 
     def fits(kernel) -> str:
+        if kernel.global_alloc:
+            return "allocates global memory inside its kernel"
         if kernel.threads > threads:
             return (
                 f"scheduled with {kernel.threads} threads per block, more than the vEU's "
                 f"{threads} (option cuda_threads)"
             )
-        if kernel.cross_thread_reduction and kernel.threads != threads:
-            return (
-                f"reduces across its {kernel.threads} threads, which needs a vEU of exactly "
-                f"that many threads (the vEU has {threads})"
-            )
+        if kernel.cross_thread_reduction and not kernel.one_dimensional:
+            return "reduces across a 2-D or 3-D thread block, which a 1-D vEU cannot host"
         return ""
 
     def rkernels_for(name: str) -> list[RKernel]:
@@ -133,9 +132,10 @@ def _cuda_rkernels(
             kernel = make_cuda_rkernel(mod[name], max_rtasks)
             reason = fits(kernel)
             if reason and name in unscheduled:
-                serial = schedule_for_cuda(unscheduled[name], target, fallback_only=True)
-                kernel = make_cuda_rkernel(serial, max_rtasks)
-                reason = fits(kernel)
+                serial = schedule_serial_reduction(unscheduled[name], threads)
+                if serial is not None:
+                    kernel = make_cuda_rkernel(serial, max_rtasks)
+                    reason = fits(kernel)
             if reason:
                 raise UnsupportedOperator(f"{name} {reason}")
             mod[f"{name}{RKERNEL_SUFFIX}"] = kernel.func

@@ -1,24 +1,48 @@
-"""Policies (wavefront, sequential), cost models and the vDevice simulator; pure Python."""
+"""Policies (wavefront, wavefront_global, ios, opara, sequential), cost models and the
+vDevice simulator; pure Python (no TVM)."""
 
-from .cost import AnalyticalCostModel, CostModel
+from .builder import Placed, ProgramBuilder
+from .cost import AnalyticalCostModel, CalibratedCostModel, CostModel, calibrate
+from .ios import IOSPolicy
+from .opara import OparaPolicy
 from .planner import make_plan
 from .policy import Policy, get_policy, policy_names, register_policy
 from .sequential import SequentialPolicy
-from .simulate import ProgramTiming, ideal_us, simulate_plan, simulate_program
-from .wavefront import WavefrontPolicy
+from .simulate import (
+    PlanTiming,
+    ProgramTiming,
+    StepTiming,
+    ideal_us,
+    simulate,
+    simulate_plan,
+    simulate_program,
+)
+from .stage import stage_schedule
+from .wavefront import WavefrontGlobalPolicy, WavefrontPolicy
 
 __all__ = [
     "AnalyticalCostModel",
+    "CalibratedCostModel",
     "CostModel",
+    "IOSPolicy",
+    "OparaPolicy",
+    "Placed",
+    "PlanTiming",
     "Policy",
+    "ProgramBuilder",
     "ProgramTiming",
     "SequentialPolicy",
+    "StepTiming",
+    "WavefrontGlobalPolicy",
     "WavefrontPolicy",
+    "calibrate",
     "get_policy",
     "ideal_us",
     "make_plan",
     "policy_names",
     "register_policy",
+    "simulate",
     "simulate_plan",
     "simulate_program",
+    "stage_schedule",
 ]

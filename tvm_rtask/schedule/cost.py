@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..core.graph import ROperator
 from ..core.rkernel import RKernel
 from ..core.vdevice import VDevice
@@ -92,3 +94,138 @@ class AnalyticalCostModel(CostModel):
 
     def __repr__(self) -> str:
         return f"AnalyticalCostModel(task_overhead_us={self.task_overhead_us})"
+
+
+def roofline_us(op: ROperator, kernel: RKernel, vdevice: VDevice) -> tuple[float, float]:
+    """(compute time, memory time) of ONE rTask at the device's peak rates, no overhead."""
+    spec = vdevice.spec
+    share = max(spec.num_sms, min(vdevice.num_veu, vdevice.capacity))
+    n = kernel.num_rtasks
+    compute = op.flops / n / (spec.peak_gflops * 1e3 / share)
+    memory = op.bytes / n / (spec.bandwidth_gbs * 1e3 / share)
+    return compute, memory
+
+
+class CalibratedCostModel(CostModel):
+    """The roofline of :class:`AnalyticalCostModel` corrected by measurements.
+
+    * ``measured``: time of one rTask per rKernel name, where it was measured (wins);
+    * ``factors``: per device name, ``(compute_efficiency, memory_efficiency,
+      task_overhead_us)``: the fraction of peak FLOP rate and bandwidth a real rTask reaches
+      and its fixed cost, fitted by :func:`calibrate` from measurements of other kernels.
+
+    A device without factors is costed like the analytical model. Plain data, JSON-ready.
+    """
+
+    name = "calibrated"
+
+    def __init__(
+        self,
+        factors: dict[str, tuple[float, float, float]] | None = None,
+        measured: dict[str, float] | None = None,
+        default_overhead_us: float = 0.1,
+    ) -> None:
+        self.factors = {k: tuple(map(float, v)) for k, v in (factors or {}).items()}
+        self.measured = dict(measured or {})
+        self.default_overhead_us = default_overhead_us
+        for dev, (ce, me, ov) in self.factors.items():
+            if not (ce > 0 and me > 0 and ov >= 0):
+                raise PlanError(
+                    f"calibration for {dev!r}: efficiencies must be > 0 and overhead >= 0, "
+                    f"got {(ce, me, ov)}"
+                )
+
+    def rtask_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
+        if kernel.est_us is not None:
+            return float(kernel.est_us)
+        t = self.measured.get(kernel.name)
+        if t is not None:
+            return t
+        ce, me, ov = self.factors.get(vdevice.spec.name, (1.0, 1.0, self.default_overhead_us))
+        compute, memory = roofline_us(op, kernel, vdevice)
+        return max(compute / ce, memory / me) + ov
+
+    def to_dict(self) -> dict:
+        return {
+            "factors": {k: list(v) for k, v in self.factors.items()},
+            "measured": dict(self.measured),
+            "default_overhead_us": self.default_overhead_us,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CalibratedCostModel:
+        return cls(
+            {k: tuple(v) for k, v in d.get("factors", {}).items()},
+            d.get("measured", {}),
+            d.get("default_overhead_us", 0.1),
+        )
+
+    def __repr__(self) -> str:
+        return f"CalibratedCostModel(factors={self.factors}, measured={len(self.measured)} kernels)"
+
+
+def calibrate(
+    samples: list[tuple[ROperator, RKernel, float]],
+    vdevice: VDevice,
+    into: CalibratedCostModel | None = None,
+) -> CalibratedCostModel:
+    """Fit ``vdevice``'s efficiency factors to measured rTask times and keep the samples.
+
+    Each sample is (operator, rKernel, measured microseconds of ONE rTask). The model
+    ``t = max(compute / ce, memory / me) + overhead`` is fitted by least squares: a sample
+    counts as compute- or memory-bound by its larger term (first at peak rates, then with the
+    fitted efficiencies, a few rounds), which makes ``t`` linear in ``1/ce``, ``1/me`` and
+    the overhead. A kind without samples takes the other kind's efficiency; a fit that
+    would be negative falls back to the median ratio of roofline to measured time.
+    """
+    model = into or CalibratedCostModel()
+    if not samples:
+        return model
+    times = np.array([max(float(t), 0.0) for _, _, t in samples])
+    terms = np.array([roofline_us(op, k, vdevice) for op, k, _ in samples]).reshape(-1, 2)
+    for (_, kernel, _), t in zip(samples, times.tolist(), strict=True):
+        model.measured[kernel.name] = t
+    inv = np.ones(2)  # 1 / efficiency for compute, memory
+    overhead = float(times.min())
+    for _ in range(4):
+        compute = terms[:, 0] * inv[0] >= terms[:, 1] * inv[1]
+        x = np.zeros((len(times), 3))
+        x[compute, 0] = terms[compute, 0]
+        x[~compute, 1] = terms[~compute, 1]
+        x[:, 2] = 1.0
+        used = [j for j in range(2) if x[:, j].any()]
+        cols = [*used, 2]
+        sol, *_ = np.linalg.lstsq(x[:, cols], times, rcond=None)
+        fit = dict(zip(cols, sol.tolist(), strict=True))
+        if fit[2] < 0:  # no negative overhead: refit through the origin
+            sol, *_ = np.linalg.lstsq(x[:, used], times, rcond=None) if used else ([], 0, 0, 0)
+            fit = {**dict(zip(used, list(sol), strict=True)), 2: 0.0}
+        if not used or any(fit[j] <= 0 for j in used):
+            inv, overhead = _median_fit(terms, times)
+            break
+        for j in range(2):
+            inv[j] = fit.get(j, fit[used[0]])
+        overhead = fit[2]
+    model.factors[vdevice.spec.name] = (1.0 / inv[0], 1.0 / inv[1], max(overhead, 0.0))
+    return model
+
+
+def _median_fit(terms: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, float]:
+    """Robust fallback: overhead = the least time; efficiency = median roofline / rest."""
+    overhead = float(times.min())
+    inv = np.ones(2)
+    for j in range(2):
+        rows = (terms[:, j] >= terms[:, 1 - j]) & (terms[:, j] > 0) & (times > overhead)
+        if rows.any():
+            inv[j] = 1.0 / _median((terms[rows, j] / (times[rows] - overhead)).tolist())
+    if not ((terms[:, 0] >= terms[:, 1]) & (terms[:, 0] > 0)).any():
+        inv[0] = inv[1]
+    if not ((terms[:, 1] > terms[:, 0]) & (terms[:, 1] > 0)).any():
+        inv[1] = inv[0]
+    return inv, overhead
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2

@@ -54,7 +54,7 @@ def register_policy(cls: type[Policy]) -> type[Policy]:
 
 def _load_builtin() -> None:
     """Import the built-in policies so they register (they import this module)."""
-    from . import sequential, wavefront  # noqa: F401
+    from . import ios, opara, sequential, wavefront  # noqa: F401
 
 
 def policy_names() -> list[str]:

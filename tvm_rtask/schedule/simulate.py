@@ -2,34 +2,61 @@
 
 Each vEU runs its entries in order; an rTask takes ``cost.rtask_us``; a barrier ends when
 the tasks it waits for have finished, plus ``cost.barrier_us``. Entries are visited in the
-program's execution order, so a wait that can never be satisfied is a DeadlockError.
+program's execution order (a topological order of "runs after" on entries), which is the
+same as an event-by-event simulation: every entry starts as soon as its vEU and its waits
+allow. A wait that can never be satisfied (a missing task, a cycle of barriers) is a
+DeadlockError naming the barriers; a program with more vEUs than the device keeps resident
+is a CapacityError (its spinning vEUs would wait for vEUs that never start).
+
+Every step of a plan pays one launch; an ordinary call holds the whole device for its
+operator's time. :func:`simulate` gives the whole picture (per-step and per-vEU busy, idle
+and waiting time, launch and barrier overheads, the ideal bound); :func:`simulate_plan`
+only the total.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.graph import RGraph
 from ..core.plan import OrdinaryCall, Plan
 from ..core.rprogram import Barrier, RProgram, RTask
 from ..core.vdevice import VDevice
+from ..errors import CapacityError, PlanError
 from .cost import CostModel
+
+Span = tuple[int, float, float]
 
 
 @dataclass
 class ProgramTiming:
-    """Simulated times of one rProgram in microseconds (launch not in the makespan)."""
+    """Simulated times of one rProgram in microseconds (launch not in the makespan).
+
+    ``barrier_us`` is the fixed cost of all barriers together; ``wait_us[v]`` the time vEU v
+    spent in barriers beyond that cost, waiting for other vEUs. For each vEU,
+    ``busy + wait + barrier overheads + idle = makespan``.
+    """
 
     makespan_us: float
     busy_us: list[float]
     launch_us: float
     barrier_us: float
-    spans: dict[tuple[str, int], tuple[int, float, float]] = field(default_factory=dict)
+    spans: dict[tuple[str, int], Span] = field(default_factory=dict)
     """``(op, rtask_id) -> (veu, start, end)``, for Gantt charts."""
+    barrier_spans: list[Span] = field(default_factory=list)
+    """``(veu, arrival, end)`` of every barrier: waiting plus its fixed cost."""
+    wait_us: list[float] = field(default_factory=list)
+    num_barriers: int = 0
 
     @property
     def total_us(self) -> float:
         return self.launch_us + self.makespan_us
+
+    @property
+    def idle_us(self) -> list[float]:
+        """Per vEU: makespan minus rTask time (waiting, barrier costs and the idle tail)."""
+        return [self.makespan_us - b for b in self.busy_us]
 
     @property
     def utilisation(self) -> float:
@@ -39,24 +66,136 @@ class ProgramTiming:
         return sum(self.busy_us) / (len(self.busy_us) * self.makespan_us)
 
 
+@dataclass
+class StepTiming:
+    """One step of a plan on the plan's time line: it starts at ``start_us`` (its launch
+    included) and ends at ``end_us``. ``program`` is None for an ordinary call."""
+
+    name: str
+    kind: str
+    start_us: float
+    end_us: float
+    launch_us: float
+    program: ProgramTiming | None = None
+
+    @property
+    def run_start_us(self) -> float:
+        """When the kernel starts running, after its launch."""
+        return self.start_us + self.launch_us
+
+
+@dataclass
+class PlanTiming:
+    """A whole plan simulated on its vDevice (microseconds)."""
+
+    steps: list[StepTiming]
+    num_veu: int
+    ideal_us: float
+
+    @property
+    def total_us(self) -> float:
+        return self.steps[-1].end_us if self.steps else 0.0
+
+    @property
+    def launches(self) -> int:
+        return len(self.steps)
+
+    @property
+    def launch_us(self) -> float:
+        return sum(s.launch_us for s in self.steps)
+
+    @property
+    def barrier_us(self) -> float:
+        return sum(s.program.barrier_us for s in self.steps if s.program is not None)
+
+    @property
+    def num_barriers(self) -> int:
+        return sum(s.program.num_barriers for s in self.steps if s.program is not None)
+
+    @property
+    def busy_us(self) -> list[float]:
+        """rTask time per vEU; an ordinary call keeps every vEU busy for its duration."""
+        busy = [0.0] * self.num_veu
+        for s in self.steps:
+            if s.program is None:
+                for v in range(self.num_veu):
+                    busy[v] += s.end_us - s.run_start_us
+            else:
+                for v, b in enumerate(s.program.busy_us):
+                    busy[v] += b
+        return busy
+
+    @property
+    def wait_us(self) -> list[float]:
+        wait = [0.0] * self.num_veu
+        for s in self.steps:
+            if s.program is not None:
+                for v, w in enumerate(s.program.wait_us):
+                    wait[v] += w
+        return wait
+
+    @property
+    def idle_us(self) -> list[float]:
+        """Per vEU: total time minus busy time (launches, barriers, waiting, tails)."""
+        return [self.total_us - b for b in self.busy_us]
+
+    @property
+    def utilisation(self) -> float:
+        if self.total_us <= 0:
+            return 0.0
+        return sum(self.busy_us) / (self.num_veu * self.total_us)
+
+    def summary(self) -> dict[str, Any]:
+        """The numbers a benchmark table wants, JSON-ready."""
+        return {
+            "total_us": self.total_us,
+            "ideal_us": self.ideal_us,
+            "launches": self.launches,
+            "launch_us": self.launch_us,
+            "barriers": self.num_barriers,
+            "barrier_us": self.barrier_us,
+            "busy_us": sum(self.busy_us),
+            "wait_us": sum(self.wait_us),
+            "idle_us": sum(self.idle_us),
+            "utilisation": self.utilisation,
+        }
+
+
 def simulate_program(
     program: RProgram, graph: RGraph, vdevice: VDevice, cost: CostModel
 ) -> ProgramTiming:
+    """Run one rProgram event by event; raises DeadlockError or CapacityError."""
+    if program.num_veu > vdevice.capacity:
+        raise CapacityError(
+            f"rProgram {program.name!r} uses {program.num_veu} vEUs but {vdevice.spec.name} "
+            f"keeps only {vdevice.capacity} co-resident: vEUs waiting for vEUs that never "
+            "start would deadlock"
+        )
     order = program.execution_order()  # raises DeadlockError naming the stuck barriers
     n = program.num_veu
     bar = cost.barrier_us(vdevice)
     clock = [0.0] * n
     busy = [0.0] * n
+    wait = [0.0] * n
     finish: list[list[float]] = [[] for _ in range(n)]
-    spans: dict[tuple[str, int], tuple[int, float, float]] = {}
+    spans: dict[tuple[str, int], Span] = {}
+    barrier_spans: list[Span] = []
     durations: dict[tuple[str, str], float] = {}
-    barrier_total = 0.0
+    joined: dict[int, float] = {}  # a wide barrier object shared by several vEUs: once
+    entries = program.entries
     for v, i in order:
-        e = program.entries[v][i]
+        e = entries[v][i]
         if isinstance(e, Barrier):
-            ready = max((finish[u][j] for u, j in e.waits), default=0.0)
-            clock[v] = max(clock[v], ready) + bar
-            barrier_total += bar
+            ready = joined.get(id(e))
+            if ready is None:
+                ready = max((finish[u][j] for u, j in e.waits), default=0.0)
+                if len(e.waits) >= 16:
+                    joined[id(e)] = ready
+            arrive = clock[v]
+            if ready > arrive:
+                wait[v] += ready - arrive
+            clock[v] = max(arrive, ready) + bar
+            barrier_spans.append((v, arrive, clock[v]))
             continue
         d = _duration(e, graph, vdevice, cost, durations)
         start = clock[v]
@@ -64,7 +203,16 @@ def simulate_program(
         busy[v] += d
         finish[v].append(clock[v])
         spans[e.key] = (v, start, clock[v])
-    return ProgramTiming(max(clock), busy, cost.launch_us(vdevice), barrier_total, spans)
+    return ProgramTiming(
+        max(clock),
+        busy,
+        cost.launch_us(vdevice),
+        bar * len(barrier_spans),
+        spans,
+        barrier_spans,
+        wait,
+        len(barrier_spans),
+    )
 
 
 def _duration(
@@ -75,6 +223,44 @@ def _duration(
         op = graph.op(t.op)
         memo[key] = cost.rtask_us(op, op.kernel(t.kernel), vdevice)
     return memo[key]
+
+
+def simulate(
+    plan_steps: list[RProgram | OrdinaryCall] | Plan,
+    graph: RGraph | None = None,
+    vdevice: VDevice | None = None,
+    cost: CostModel | None = None,
+) -> PlanTiming:
+    """Simulate a plan (or a list of steps) step by step on one time line.
+
+    With a Plan, ``graph`` and ``vdevice`` default to the plan's own; ``cost`` to the
+    analytical model.
+    """
+    if isinstance(plan_steps, Plan):
+        steps = plan_steps.steps
+        graph = graph or plan_steps.graph
+        vdevice = vdevice or plan_steps.vdevice
+    else:
+        steps = plan_steps
+    if graph is None or vdevice is None:
+        raise PlanError("simulate needs the graph and the vDevice of a list of steps")
+    if cost is None:
+        from .cost import AnalyticalCostModel
+
+        cost = AnalyticalCostModel()
+    launch = cost.launch_us(vdevice)
+    now = 0.0
+    out: list[StepTiming] = []
+    for k, s in enumerate(steps):
+        if isinstance(s, OrdinaryCall):
+            run = cost.ordinary_us(graph.op(s.op), vdevice)
+            out.append(StepTiming(s.op, "ordinary", now, now + launch + run, launch))
+        else:
+            t = simulate_program(s, graph, vdevice, cost)
+            name = s.name or f"rprogram_{k}"
+            out.append(StepTiming(name, "rprogram", now, now + t.total_us, t.launch_us, t))
+        now = out[-1].end_us
+    return PlanTiming(out, vdevice.num_veu, ideal_us(graph, vdevice, cost))
 
 
 def simulate_plan(

@@ -26,6 +26,7 @@ from tvm.target import Target
 from ..errors import UnsupportedOperator
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+ALLREDUCE = "tirx.tvm_thread_allreduce"
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
@@ -38,6 +39,8 @@ class CUDARKernel:
     threads: int
     shared_mem: int  # bytes of static shared memory of one rTask
     cross_thread_reduction: bool  # needs exactly `threads` threads: no surplus allowed
+    global_alloc: bool = False  # allocates global memory: cannot live inside a kernel
+    one_dimensional: bool = True  # uses threadIdx.x only (its index is the vEU's tid itself)
 
 
 def schedule_for_cuda(
@@ -58,6 +61,40 @@ def schedule_for_cuda(
     with target:
         mod = dl.ApplyDefaultSchedule(*([] if fallback_only else rules), dl.gpu.Fallback())(mod)
     return mod["main"]
+
+
+def schedule_serial_reduction(func: tirx.PrimFunc, threads: int) -> tirx.PrimFunc | None:
+    """One output element per thread, reductions serial: a schedule any vEU can host.
+
+    For kernels whose dlight schedule reduces across a 2-D thread block (which a 1-D vEU
+    cannot host). Injective blocks are inlined, the rest is gathered under the anchor's
+    outer spatial loops (as for CPU rKernels), those loops are fused and split over
+    ``blockIdx.x`` x ``threadIdx.x``, and intermediates become thread-local. None when the
+    kernel does not have that shape.
+    """
+    from tvm.s_tir.dlight.analysis import get_sblock_info
+    from tvm.s_tir.dlight.base.common_schedules import try_inline
+
+    from .cpu_rkernel import _gather_under_anchor, _root_children
+
+    sch = s_tir.Schedule(func)
+    try:
+        try_inline(sch, [get_sblock_info(sch, b) for b in _root_children(sch)])
+        loops = _gather_under_anchor(sch)
+        if not loops:
+            return None
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        bx, tx = sch.split(fused, [None, threads])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+        outputs = {p.__chandle__() for p in func.params}
+        for block in sch.get_child_blocks(tx):
+            writes = sch.get(block).writes
+            if writes and writes[0].source.__chandle__() not in outputs:
+                sch.set_scope(block, 0, "local")
+    except (s_tir.ScheduleError, ValueError, AttributeError, IndexError):
+        return None
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
 
 
 def _int(expr) -> int:
@@ -153,6 +190,21 @@ def _shared_bytes(func: tirx.PrimFunc) -> int:
     return total[0]
 
 
+def _allocates_global_memory(func: tirx.PrimFunc) -> bool:
+    """A block allocating a global buffer (dlight's Fallback keeps multi-stage intermediates
+    there): a stand-alone kernel is split around it, a persistent kernel cannot hold it."""
+    found = [False]
+
+    def visit(node):
+        if isinstance(node, s_tir.SBlock):
+            for buf in node.alloc_buffers:
+                if str(buf.scope()) == "global":
+                    found[0] = True
+
+    tvm_ffi.structural_walk(func.body, visit)
+    return found[0]
+
+
 def _substitute(node, var, value):
     return tvm_ffi.structural_map(node, (tirx.Var, lambda v: value if v.same_as(var) else v))
 
@@ -225,6 +277,8 @@ def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUD
         threads=nx * ny * nz,
         shared_mem=_shared_bytes(func),
         cross_thread_reduction=cross_thread,
+        global_alloc=_allocates_global_memory(func),
+        one_dimensional=(ny, nz) == (1, 1),
     )
 
 
@@ -246,18 +300,53 @@ def _coarsen(body, rtask_id, group: int, blocks: int):
     )
 
 
+def _is_allreduce(node) -> bool:
+    return isinstance(node, tirx.Call) and getattr(node.op, "name", "") == ALLREDUCE
+
+
+def _contains_allreduce(stmt) -> bool:
+    found = [False]
+
+    def visit(node):
+        if _is_allreduce(node):
+            found[0] = True
+
+    tvm_ffi.structural_walk(stmt, visit)
+    return found[0]
+
+
 def guard_surplus_threads(body, tid, threads: int):
-    """Add ``tid < threads`` to the predicate of every non-root block of ``body``."""
+    """Keep threads ``tid >= threads`` out of the task's work but in its synchronisation.
+
+    Every non-root block gets the predicate ``tid < threads`` (a surplus thread skips it and
+    still reaches the ``__syncthreads`` placed between blocks). A block holding a cross-thread
+    allreduce is the exception: every thread of the vEU must enter the allreduce, so there the
+    bound joins the allreduce's own condition instead, and surplus threads contribute the
+    reduction's identity.
+    """
     bound = tirx.LT(tid, tirx.IntImm(str(tid.ty), threads))
+
+    def with_bound(predicate):
+        if isinstance(predicate, tirx.IntImm) and int(predicate.value) == 1:
+            return bound
+        return tirx.And(bound, predicate)
+
+    def guard_allreduce(call):
+        if not _is_allreduce(call):
+            return call
+        size = int(call.args[0].value)
+        args = list(call.args)
+        args[1 + size] = with_bound(args[1 + size])
+        return type(call)(call.op, args, ret_ty=call.ty)
 
     def guard(realize):
         if not realize.iter_values and realize.block.name_hint == "root":
             return realize
-        predicate = realize.predicate
-        if isinstance(predicate, tirx.IntImm) and int(predicate.value) == 1:
-            new = bound
-        else:
-            new = tirx.And(bound, predicate)
-        return s_tir.SBlockRealize(realize.iter_values, new, realize.block)
+        if _contains_allreduce(realize.block.body):
+            return realize
+        return s_tir.SBlockRealize(
+            realize.iter_values, with_bound(realize.predicate), realize.block
+        )
 
+    body = tvm_ffi.structural_map(body, (tirx.Call, guard_allreduce))
     return tvm_ffi.structural_map(body, (s_tir.SBlockRealize, guard))

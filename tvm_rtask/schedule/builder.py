@@ -1,0 +1,235 @@
+"""An rProgram under construction with its exact simulated times (shared by the policies).
+
+Appending only adds entries at the ends of the vEUs, so times already computed never
+change: the builder's makespan equals ``simulate_program`` of its program without
+re-simulating the whole program for every placement. Two ways to add rTasks:
+
+* :meth:`ProgramBuilder.place`: Rammer's ``SelectvEU`` + ``Wait`` + ``Append`` for the rTasks
+  of a list of operators: each rTask goes to the vEU where it can start earliest, behind a
+  barrier for the predecessor tasks that vEU does not know to be finished yet.
+* :meth:`ProgramBuilder.begin_stage` + :meth:`ProgramBuilder.replay`: put rTasks on given
+  vEUs after a *global* barrier (every vEU that runs a task of the new stage first waits for
+  all tasks of the previous stage), for IOS stages and the wavefront_global variant.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.graph import RGraph
+from ..core.rkernel import RKernel
+from ..core.rprogram import Barrier, RProgram, RTask
+from ..core.vdevice import VDevice
+from ..errors import PlanError
+from .cost import CostModel
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One rTask put on vEU ``veu`` (the builder's log, replayable in another program)."""
+
+    op: str
+    rtask_id: int
+    kernel: str
+    veu: int
+
+
+class ProgramBuilder:
+    """One rProgram plus, per vEU, when it becomes free and when each of its tasks ends."""
+
+    def __init__(self, graph: RGraph, vdevice: VDevice, cost: CostModel, name: str) -> None:
+        self.graph, self.vdevice, self.cost = graph, vdevice, cost
+        n = vdevice.num_veu
+        self.n = n
+        self.program = RProgram(n, name)
+        self.barrier_us = cost.barrier_us(vdevice)
+        self.free = np.zeros(n)
+        self.finish: list[list[float]] = [[] for _ in range(n)]
+        # op -> (last order per vEU or -1, the finish time there or -inf)
+        self.frontier: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.log: list[Placed] = []
+        self._offdiag = ~np.eye(n, dtype=bool)
+        self._durations: dict[tuple[str, str], float] = {}
+        # the stage being filled: last order per vEU (-1: none) and its latest finish
+        self._stage_last = np.full(n, -1, dtype=np.int64)
+        self._stage_end = 0.0
+        # a global barrier every vEU passes before its first task of the stage
+        self._gate: tuple[Barrier, float] | None = None
+        self._synced = np.zeros(n, dtype=bool)
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def makespan(self) -> float:
+        return float(self.free.max())
+
+    def is_empty(self) -> bool:
+        return self.program.is_empty()
+
+    def checkpoint(self) -> tuple:
+        return (
+            self.program.checkpoint(),
+            self.free.copy(),
+            set(self.frontier),
+            len(self.log),
+            self._stage_last.copy(),
+            self._stage_end,
+            self._gate,
+            self._synced.copy(),
+        )
+
+    def rollback(self, token: tuple) -> None:
+        ptoken, free, ops, nlog, last, end, gate, synced = token
+        self.program.rollback(ptoken)
+        self.free = free
+        for v, fin in enumerate(self.finish):
+            del fin[self.program.count(v) :]
+        for op in set(self.frontier) - ops:
+            del self.frontier[op]
+        del self.log[nlog:]
+        self._stage_last, self._stage_end, self._gate, self._synced = last, end, gate, synced
+
+    def duration(self, name: str, kernel: RKernel) -> float:
+        key = (name, kernel.name)
+        d = self._durations.get(key)
+        if d is None:
+            d = self._durations[key] = self.cost.rtask_us(self.graph.op(name), kernel, self.vdevice)
+        return d
+
+    def _deps(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """Last order and finish per vEU over the predecessors placed in this program."""
+        preds = [self.frontier[p] for p in self.graph.preds(name) if p in self.frontier]
+        if not preds:
+            return None
+        if len(preds) == 1:
+            return preds[0]
+        order = np.maximum.reduce([p[0] for p in preds])
+        finish = np.maximum.reduce([p[1] for p in preds])
+        return order, finish
+
+    # -- Rammer: SelectvEU, Wait, Append ----------------------------------------------------
+    def place(self, wave: int, ops: list[str], kernels: dict[str, RKernel]) -> None:
+        """Place the rTasks of ``ops`` in order, each on its earliest-available vEU."""
+        for name in ops:
+            self.place_op(wave, name, kernels[name])
+
+    def place_op(self, wave: int, name: str, kernel: RKernel) -> None:
+        if self._gate is not None:
+            raise PlanError("place() after begin_stage(): a staged program takes replay() only")
+        n = self.n
+        dur = self.duration(name, kernel)
+        deps = self._deps(name)
+        if deps is None:
+            dep_order = None
+            needs = np.zeros(n, dtype=bool)
+            starts = self.free.tolist()
+        else:
+            dep_order, dep_finish = deps
+            # A first task on v needs a barrier if a dep on another vEU is not known done
+            # there; it then starts when those deps have finished, plus the barrier.
+            needs = ((self.program.known_matrix() < dep_order) & self._offdiag).any(axis=1)
+            ready = _max_excluding_self(dep_finish)
+            starts = (np.maximum(self.free, ready) + self.barrier_us * needs).tolist()
+        heap = list(zip(starts, range(n), strict=True))
+        heapq.heapify(heap)
+        my_order = np.full(n, -1, dtype=np.int64)
+        my_finish = np.full(n, -np.inf)
+        placed = [False] * n
+        program, free, finish, log = self.program, self.free, self.finish, self.log
+        for r in range(kernel.num_rtasks):
+            t0, v = heapq.heappop(heap)
+            task = RTask(name, r, kernel.name, wave)
+            if placed[v] or dep_order is None or not needs[v]:
+                order = program.append(task, v)
+            else:
+                order = program.append(task, v, after=dep_order)
+            placed[v] = True
+            end = t0 + dur
+            free[v] = end
+            finish[v].append(end)
+            log.append(Placed(name, r, kernel.name, v))
+            my_order[v], my_finish[v] = order, end
+            heapq.heappush(heap, (end, v))
+        self._end_op(name, my_order, my_finish)
+
+    def _end_op(self, name: str, order: np.ndarray, finish: np.ndarray) -> None:
+        self.frontier[name] = (order, finish)
+        np.maximum(self._stage_last, order, out=self._stage_last)
+        self._stage_end = max(self._stage_end, float(finish.max()))
+
+    # -- global barriers ----------------------------------------------------------------------
+    def begin_stage(self) -> None:
+        """Start a new stage: every vEU passes one shared global barrier (waiting for the
+        last task of every vEU in the stage before) ahead of its first task of the stage.
+
+        Waiting for the previous stage suffices: every vEU that ran in it passed the
+        barrier before that one, so everything earlier is known transitively.
+        """
+        if self.is_empty():
+            return
+        if (self._stage_last >= 0).any():
+            waits = [(u, int(j)) for u, j in enumerate(self._stage_last.tolist()) if j >= 0]
+            self._gate = (Barrier(tuple(waits)), self._stage_end)
+            self._synced[:] = False
+        self._stage_last = np.full(self.n, -1, dtype=np.int64)
+        self._stage_end = 0.0
+
+    def replay(self, placed: list[Placed], wave_of: dict[str, int]) -> None:
+        """Append rTasks on the given vEUs in the given order (as logged by another builder
+        or a stage estimate; one operator's rTasks consecutive). A vEU's first task of the
+        stage passes the global barrier; an operator's first task on a vEU waits for the
+        predecessor tasks its vEU does not know to be finished yet."""
+        bar = self.barrier_us
+        program, free, finish = self.program, self.free, self.finish
+        op: str | None = None
+        deps: tuple[np.ndarray, np.ndarray] | None = None
+        my_order = my_finish = None
+        dur = 0.0
+        for p in placed:
+            if p.op != op:
+                if op is not None:
+                    self._end_op(op, my_order, my_finish)
+                op = p.op
+                deps = self._deps(op)
+                dur = self.duration(op, self.graph.op(op).kernel(p.kernel))
+                my_order = np.full(self.n, -1, dtype=np.int64)
+                my_finish = np.full(self.n, -np.inf)
+            v = p.veu
+            t = free[v]
+            if self._gate is not None and not self._synced[v]:
+                gate, ready = self._gate
+                program.append_barrier(v, gate)
+                self._synced[v] = True
+                t = max(t, ready) + bar
+            task = RTask(p.op, p.rtask_id, p.kernel, wave_of[p.op])
+            if deps is None or my_order[v] >= 0:
+                order = program.append(task, v)
+            else:
+                before = len(program.entries[v])
+                order = program.append(task, v, after=deps[0])
+                if len(program.entries[v]) - before == 2:
+                    b = program.entries[v][-2]
+                    t = max(t, max(finish[u][j] for u, j in b.waits)) + bar
+            end = t + dur
+            free[v] = end
+            finish[v].append(end)
+            self.log.append(p)
+            my_order[v], my_finish[v] = order, end
+        if op is not None:
+            self._end_op(op, my_order, my_finish)
+
+
+def _max_excluding_self(x: np.ndarray) -> np.ndarray:
+    """``out[v] = max(x[u] for u != v)`` in O(n) via the two largest values."""
+    if len(x) == 1:
+        return np.full(1, -np.inf)
+    i = int(np.argmax(x))
+    top = x[i]
+    x[i] = -np.inf
+    second = x.max()
+    x[i] = top
+    out = np.full(len(x), top)
+    out[i] = second
+    return out

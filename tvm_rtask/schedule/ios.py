@@ -1,0 +1,305 @@
+"""IOS: inter-operator scheduling by dynamic programming (Ding et al., "IOS: Inter-Operator
+Scheduler for CNN Acceleration", MLSys 2021, section 4, Algorithm 1).
+
+A schedule is a sequence of *stages*; the operators of a stage start together after a global
+barrier. IOS finds the best sequence with a dynamic program over the set ``S`` of operators
+still to run:
+
+    cost(S) = min over endings E of S of  cost(S - E) + latency(E),    cost({}) = 0,
+
+where an *ending* ``E`` of ``S`` is a non-empty subset none of whose operators has a
+successor in ``S - E`` (so ``S - E`` can run first). A stage runs its *groups* (the weakly
+connected components of ``E``; operators of a group one after the other, groups side by
+side) concurrently. Pruning (section 4.3): at most ``s`` groups of at most ``r`` operators
+each (defaults r=3, s=8, as in the paper). Large graphs are cut, in BFS-level order (a
+topological order that keeps parallel branches together), into parts of at most
+``part_size`` operators (100) scheduled one after the other; a part whose
+dynamic program visits more than ``max_endings`` endings is halved, and later parts stay
+below the size that ran over (trying larger ones now and then), so the search stays bounded
+on wide graphs.
+
+Mapping onto persistent kernels: all stages of a run of supported operators form one
+rProgram; every vEU passes a global barrier (waiting for all tasks of the previous stage)
+before its first rTask of a stage. Inside a stage, the rTasks of each operator take the
+earliest available vEU (``stage.stage_schedule``, also the DP's ``latency(E)``, plus one
+barrier) and wait with fine barriers for their predecessors of the same group. The ``wave``
+field of an rTask is its *phase*: a stage whose groups are d operators deep spans d phases
+(operators ordered by depth in the group), so that a lowering that puts a global barrier
+between waves (CPU ``barrier="global"``) stays correct. Operators that cannot be rTasks
+split the rProgram and run as ordinary calls, as in every policy.
+
+IOS's other stage strategy, *operator merge* (convolutions that share an input run as one
+wider convolution), is a Relax rewrite here (``relax_passes.merge_convs``) applied before
+planning, not a choice of this dynamic program.
+"""
+
+from __future__ import annotations
+
+from ..core.graph import RGraph
+from ..core.plan import OrdinaryCall
+from ..core.rkernel import RKernel
+from ..core.rprogram import RProgram
+from ..core.vdevice import VDevice
+from ..errors import OptionError
+from .builder import ProgramBuilder
+from .cost import CostModel
+from .policy import Policy, register_policy
+from .stage import stage_schedule
+
+
+class _OverBudget(Exception):
+    """The dynamic program of one part visited more endings than allowed."""
+
+
+class _Part:
+    """The dynamic program over one part (``names`` in topological order, bit i = names[i])."""
+
+    def __init__(
+        self,
+        names: list[str],
+        graph: RGraph,
+        kernels: dict[str, RKernel],
+        vdevice: VDevice,
+        cost: CostModel,
+        r: int,
+        s: int,
+        budget: int,
+        durations: dict[str, float],
+        latencies: dict[tuple[str, ...], float],
+    ) -> None:
+        self.names = names
+        self.graph, self.kernels, self.vdevice, self.cost = graph, kernels, vdevice, cost
+        self.r, self.s, self.budget = r, s, budget
+        self.durations = durations
+        self.bar = cost.barrier_us(vdevice)
+        index = {n: i for i, n in enumerate(names)}
+        m = len(names)
+        self.succ = [0] * m
+        self.preds: list[list[int]] = [[] for _ in range(m)]
+        for i, n in enumerate(names):
+            for p in graph.preds(n):
+                j = index.get(p)
+                if j is not None:
+                    self.succ[j] |= 1 << i
+                    self.preds[i].append(j)
+        self.memo: dict[int, tuple[float, int]] = {0: (0.0, 0)}
+        self.latencies: dict[int, float] = {}
+        self.shared = latencies  # by operator names: survives a part's split
+        self.visited = 0
+
+    def stages(self) -> list[list[str]]:
+        """The best stages, first to last, each in placement order (by depth, then index)."""
+        full = (1 << len(self.names)) - 1
+        self._best(full)
+        out = []
+        state = full
+        while state:
+            _, ending = self.memo[state]
+            out.append(self.ordered(ending))
+            state &= ~ending
+        out.reverse()
+        return out
+
+    def _best(self, state: int) -> float:
+        hit = self.memo.get(state)
+        if hit is not None:
+            return hit[0]
+        best, choice = float("inf"), 0
+        for ending in self._endings(state):
+            c = self._best(state & ~ending) + self._latency(ending)
+            if c < best:
+                best, choice = c, ending
+        self.memo[state] = (best, choice)
+        return best
+
+    def _endings(self, state: int) -> list[int]:
+        """Endings of ``state`` that obey the pruning, each generated once: operators are
+        added in decreasing index order, and an operator may join only when all its
+        successors in ``state`` are in already."""
+        succ, preds, r, s = self.succ, self.preds, self.r, self.s
+        cap = r * s
+        sinks = [i for i in _bits(state) if not succ[i] & state]
+        out: list[int] = []
+
+        def grow(ending: int, size: int, last: int, cands: list[int], groups: list[int]) -> None:
+            for x in cands:
+                if x >= last:
+                    continue
+                self.visited += 1
+                if self.visited > self.budget:
+                    raise _OverBudget
+                bit = 1 << x
+                joined = bit
+                rest = []
+                for g in groups:
+                    if g & succ[x]:
+                        joined |= g
+                    else:
+                        rest.append(g)
+                if joined.bit_count() > r:
+                    continue  # groups only grow: no superset of this ending is allowed
+                new_ending = ending | bit
+                new_groups = [*rest, joined]
+                if len(new_groups) <= s:
+                    out.append(new_ending)
+                if size + 1 >= cap:
+                    continue
+                more = [
+                    p for p in preds[x] if (state >> p) & 1 and not succ[p] & state & ~new_ending
+                ]
+                nxt = sorted({*(c for c in cands if c < x), *more}, reverse=True)
+                grow(new_ending, size + 1, x, nxt, new_groups)
+
+        grow(0, 0, len(self.names), sorted(sinks, reverse=True), [])
+        return out
+
+    def ordered(self, ending: int) -> list[str]:
+        """Operators of a stage by depth inside their group, then topological index."""
+        depth: dict[int, int] = {}
+        for i in _bits(ending):  # increasing index: predecessors first
+            ds = [depth[p] for p in self.preds[i] if (ending >> p) & 1]
+            depth[i] = 1 + max(ds) if ds else 0
+        return [self.names[i] for i in sorted(depth, key=lambda i: (depth[i], i))]
+
+    def _latency(self, ending: int) -> float:
+        t = self.latencies.get(ending)
+        if t is None:
+            ops = tuple(self.ordered(ending))
+            t = self.shared.get(ops)
+            if t is None:
+                plan = stage_schedule(
+                    list(ops), self.kernels, self.graph, self.vdevice, self.cost, self.durations
+                )
+                t = self.shared[ops] = plan.makespan_us + self.bar
+            self.latencies[ending] = t
+        return t
+
+
+def _bits(x: int) -> list[int]:
+    """Indices of the set bits of ``x``, increasing."""
+    out = []
+    i = 0
+    while x:
+        if x & 1:
+            out.append(i)
+        x >>= 1
+        i += 1
+    return out
+
+
+@register_policy
+class IOSPolicy(Policy):
+    """IOS stages (dynamic program with pruning) as global-barrier phases of rPrograms."""
+
+    name = "ios"
+    OPTIONS = {"r": 3, "s": 8, "part_size": 100, "max_endings": 5_000}
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        for key in self.OPTIONS:
+            value = self.options[key]
+            if not isinstance(value, int) or value < 1:
+                raise OptionError(
+                    f"policy 'ios': option {key} must be an integer >= 1, not {value!r}"
+                )
+
+    def schedule(
+        self,
+        names: list[str],
+        graph: RGraph,
+        vdevice: VDevice,
+        cost: CostModel,
+        kernels: dict[str, RKernel] | None = None,
+    ) -> list[list[str]]:
+        """The IOS stages of ``names`` (supported operators in topological order)."""
+        kernels = kernels or {n: cost.fastest(graph.op(n), vdevice) for n in names}
+        durations: dict[str, float] = {}
+        latencies: dict[tuple[str, ...], float] = {}
+        out: list[list[str]] = []
+        limit = size = self.options["part_size"]
+        cap, streak = limit + 1, 0  # cap: the smallest part size that ran over lately
+        start = 0
+        while start < len(names):
+            part = names[start : start + size]
+            try:
+                out += self._part(part, graph, kernels, vdevice, cost, durations, latencies)
+            except _OverBudget:
+                cap, streak = len(part), 0
+                size = max(1, len(part) // 2)  # a part of one operator never runs over
+                continue
+            start += len(part)
+            streak += 1
+            if streak % 8 == 0:  # now and then, try larger parts again
+                cap = min(limit + 1, 2 * cap)
+            size = max(1, min(limit, cap - 1, 2 * size))
+        return out
+
+    def _part(
+        self,
+        names: list[str],
+        graph: RGraph,
+        kernels: dict[str, RKernel],
+        vdevice: VDevice,
+        cost: CostModel,
+        durations: dict[str, float],
+        latencies: dict[tuple[str, ...], float],
+    ) -> list[list[str]]:
+        o = self.options
+        return _Part(
+            names,
+            graph,
+            kernels,
+            vdevice,
+            cost,
+            o["r"],
+            o["s"],
+            o["max_endings"],
+            durations,
+            latencies,
+        ).stages()
+
+    def plan(
+        self, graph: RGraph, vdevice: VDevice, cost: CostModel
+    ) -> list[RProgram | OrdinaryCall]:
+        steps: list[RProgram | OrdinaryCall] = []
+        segment: list[str] = []
+
+        def flush() -> None:
+            if segment:
+                steps.append(self._program(segment, graph, vdevice, cost, f"rprogram_{len(steps)}"))
+                segment.clear()
+
+        for name in self.order(graph):
+            if graph.op(name).supported:
+                segment.append(name)
+            else:
+                flush()
+                steps.append(OrdinaryCall(name))
+        flush()
+        return steps
+
+    @staticmethod
+    def order(graph: RGraph) -> list[str]:
+        """The graph in BFS-level order (graph order inside a level): still topological,
+        and operators that may run side by side are neighbours, so cutting it into parts
+        keeps parallel branches in the same part even when the model lists them apart."""
+        return [n for wave in graph.waves() for n in wave]
+
+    def _program(
+        self, names: list[str], graph: RGraph, vdevice: VDevice, cost: CostModel, name: str
+    ) -> RProgram:
+        kernels = {n: cost.fastest(graph.op(n), vdevice) for n in names}
+        builder = ProgramBuilder(graph, vdevice, cost, name)
+        durations: dict[str, float] = {}
+        phase = 0
+        for stage in self.schedule(names, graph, vdevice, cost, kernels):
+            est = stage_schedule(stage, kernels, graph, vdevice, cost, durations)
+            inside = set(stage)
+            depth: dict[str, int] = {}
+            for op in stage:  # placement order puts predecessors first
+                ds = [depth[p] for p in graph.preds(op) if p in inside]
+                depth[op] = 1 + max(ds) if ds else 0
+            builder.begin_stage()
+            builder.replay(est.placed(kernels), {op: phase + d for op, d in depth.items()})
+            phase += 1 + max(depth.values())
+        return builder.program
