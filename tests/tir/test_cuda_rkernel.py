@@ -71,3 +71,26 @@ def test_surplus_threads_are_guarded_per_block(scheduled):
     guarded = guard_surplus_threads(kernel.func.body, tid, kernel.threads)
     text = tvm.tirx.PrimFunc(kernel.func.params, guarded).script()
     assert text.count(f"tid < T.int64({kernel.threads})") >= 2
+
+
+@tvm.script.ir_module
+class Mean:
+    @R.function
+    def main(x: R.Tensor((1, 64, 13, 13), "float32")):
+        with R.dataflow():
+            y = R.mean(x, axis=[2, 3], keepdims=True)
+            R.output(y)
+        return y
+
+
+def test_allreduce_gets_the_bound_in_its_condition_not_a_block_predicate():
+    mod = prepare_pipeline()(Mean)
+    (name,) = [g.name_hint for g in mod.get_global_vars() if g.name_hint != "main"]
+    kernel = make_cuda_rkernel(schedule_for_cuda(mod[name], TARGET))
+    assert kernel.cross_thread_reduction and kernel.one_dimensional and kernel.threads < 256
+    tid = kernel.func.params[-1]
+    text = tvm.tirx.PrimFunc(
+        kernel.func.params, guard_surplus_threads(kernel.func.body, tid, kernel.threads)
+    ).script()
+    allreduce = next(line for line in text.splitlines() if "tvm_thread_allreduce" in line)
+    assert f"tid < T.int64({kernel.threads})" in allreduce

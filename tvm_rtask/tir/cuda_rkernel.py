@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import s_tir, tirx
+from tvm.ir.expr import Call
 from tvm.target import Target
 
 from ..errors import UnsupportedOperator
@@ -301,7 +302,7 @@ def _coarsen(body, rtask_id, group: int, blocks: int):
 
 
 def _is_allreduce(node) -> bool:
-    return isinstance(node, tirx.Call) and getattr(node.op, "name", "") == ALLREDUCE
+    return isinstance(node, Call) and getattr(node.op, "name", "") == ALLREDUCE
 
 
 def _contains_allreduce(stmt) -> bool:
@@ -348,5 +349,5 @@ def guard_surplus_threads(body, tid, threads: int):
             realize.iter_values, with_bound(realize.predicate), realize.block
         )
 
-    body = tvm_ffi.structural_map(body, (tirx.Call, guard_allreduce))
+    body = tvm_ffi.structural_map(body, (Call, guard_allreduce))
     return tvm_ffi.structural_map(body, (s_tir.SBlockRealize, guard))
