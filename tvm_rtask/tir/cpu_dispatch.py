@@ -15,6 +15,7 @@ that the status is clean, so the Relax VM raises instead of hanging.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -96,9 +97,16 @@ class CPUProgramCode:
 
 
 def _decl(tensor: TensorDecl) -> tirx.Var:
-    """A buffer with int64 extents, as Relax's legalized kernels declare theirs."""
+    """A buffer with int64 extents, as Relax's legalized kernels declare theirs.
+
+    Its name must be a C identifier: CUDA source names kernel parameters after buffers, and
+    model inputs such as ONNX's ``gpu_0/data_0`` are not.
+    """
     shape = [IntImm("int64", int(n)) for n in tensor.shape]
-    return tirx.decl_buffer(shape, tensor.dtype, tensor.name)
+    name = re.sub(r"\W", "_", tensor.name)
+    if not name or name[0].isdigit():
+        name = f"t_{name}"
+    return tirx.decl_buffer(shape, tensor.dtype, name)
 
 
 def _i32(value: int) -> IntImm:
