@@ -188,3 +188,75 @@ def test_validate_10000_tasks_on_100_veus_is_fast():
     p.entries[5][1] = Barrier(p.entries[5][1].waits[1:])
     with pytest.raises(PlanError, match="op0 rtask"):
         p.validate(g)
+
+
+def test_append_after_orders_equals_wait():
+    g = RGraph([op("a", ["x"], 4), op("b", ["a"], 1)])
+    by_wait, by_after = RProgram(3), RProgram(3)
+    a = tasks("a", 4)
+    for p in (by_wait, by_after):
+        for t, v in zip(a, [0, 0, 1, 2], strict=True):
+            p.append(t, v)
+    b = RTask("b", 0, "b@1", 1)
+    by_wait.wait(b, a)
+    by_wait.append(b, 0)
+    by_after.append(b, 0, after=[1, 0, 0])
+    assert by_after == by_wait
+    assert by_after.entries[0][2] == Barrier(((1, 0), (2, 0)))
+    by_after.validate(g)
+    with pytest.raises(PlanError, match="one order per vEU"):
+        by_after.append(RTask("c", 0, "c"), 1, after=[0, 0])
+    with pytest.raises(PlanError, match="not in rProgram"):
+        by_after.append(RTask("c", 0, "c"), 1, after=[-1, -1, 5])
+
+
+def test_shared_barrier_and_rollback():
+    n = 20
+    g = RGraph([op("a", ["x"], n), op("b", ["a"], n), op("c", ["b"], n)])
+    p = RProgram(n)
+    for v in range(n):
+        p.append(RTask("a", v, f"a@{n}"), v)
+    gate = Barrier(tuple((v, 0) for v in range(n)))
+    token = p.checkpoint()
+    for v in range(n):
+        p.append_barrier(v, gate)
+        p.append(RTask("b", v, f"b@{n}"), v)
+    assert (p.known_matrix() >= 0).all()  # everybody knows all of a
+    p.rollback(token)
+    assert p.num_barriers == 0 and (p.known_matrix()[1:, 0] == -1).all()
+    for v in range(n):
+        p.append_barrier(v, gate)
+        p.append(RTask("b", v, f"b@{n}"), v)
+    gate2 = Barrier(tuple((v, 1) for v in range(n)))
+    for v in range(n):
+        p.append_barrier(v, gate2)
+        p.append(RTask("c", v, f"c@{n}"), v)
+    p.validate(g)
+    with pytest.raises(PlanError, match="reads"):
+        p.check_waves(g)  # every task has the default wave 0
+
+
+def test_check_waves():
+    g = RGraph([op("a", ["x"], 2), op("b", ["a"], 2)])
+    p = RProgram(2, "w")
+    a, b = tasks("a", 2, wave=0), tasks("b", 2, wave=1)
+    for t, v in zip(a, [0, 1], strict=True):
+        p.append(t, v)
+    for t, v in zip(b, [0, 1], strict=True):
+        p.wait(t, a)
+        p.append(t, v)
+    p.check_waves(g)
+    same = RProgram(2, "same")
+    for t, v in zip(a, [0, 1], strict=True):
+        same.append(t, v)
+    for t, v in zip(tasks("b", 2, wave=0), [0, 1], strict=True):
+        same.wait(t, a)
+        same.append(t, v)
+    same.validate(g)  # fine barriers make it correct ...
+    with pytest.raises(PlanError, match="'same': b \\(wave 0\\) reads a \\(wave 0\\)"):
+        same.check_waves(g)  # ... but a lowering with global barriers only would race
+    backwards = RProgram(2, "back")
+    backwards.append(RTask("a", 0, "a@2", 3), 0)
+    backwards.append(RTask("a", 1, "a@2", 1), 0)
+    with pytest.raises(PlanError, match="vEU 0 runs a rtask 1 \\(wave 1\\) after a rtask 0"):
+        backwards.check_waves(g)

@@ -4,6 +4,8 @@ from tests.core.graphs import diamond
 from tvm_rtask.core import RGraph, VDevice
 from tvm_rtask.errors import OptionError
 from tvm_rtask.schedule import (
+    IOSPolicy,
+    OparaPolicy,
     Policy,
     SequentialPolicy,
     WavefrontPolicy,
@@ -15,11 +17,15 @@ from tvm_rtask.schedule import (
 
 
 def test_registry():
-    assert {"wavefront", "sequential"} <= set(policy_names())
+    assert {"wavefront", "wavefront_global", "ios", "opara", "sequential"} <= set(policy_names())
     assert isinstance(get_policy("Wavefront"), WavefrontPolicy)
     assert isinstance(get_policy("sequential"), SequentialPolicy)
-    with pytest.raises(OptionError, match="unknown policy 'ios'.*sequential.*wavefront"):
-        get_policy("ios")
+    assert isinstance(get_policy("ios", r=2), IOSPolicy)
+    assert isinstance(get_policy("opara"), OparaPolicy)
+    with pytest.raises(OptionError, match="unknown policy 'rammer2'.*ios.*opara.*sequential"):
+        get_policy("rammer2")
+    with pytest.raises(OptionError, match="option r must be an integer >= 1"):
+        get_policy("ios", r=0)
     with pytest.raises(OptionError, match="no option barrier"):
         get_policy("wavefront", barrier="global")
 

@@ -1,4 +1,9 @@
-"""Properties of every plan, over random DAGs, rTask counts and vEU counts."""
+"""Properties of every plan, over random DAGs, rTask counts and vEU counts.
+
+Every policy's plan validates (also for a global-barrier lowering: ``check_waves``), the
+simulator never deadlocks and agrees with the plan's estimate, the makespan is at least the
+ideal bound, and wavefront, wavefront_global and ios never exceed sequential.
+"""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -7,7 +12,13 @@ from hypothesis import strategies as st
 from tests.core.graphs import layered_dags, small_dags
 from tvm_rtask.core import Barrier, Plan, RGraph, RProgram, VDevice
 from tvm_rtask.errors import PlanError
-from tvm_rtask.schedule import AnalyticalCostModel, make_plan, simulate_program
+from tvm_rtask.schedule import (
+    AnalyticalCostModel,
+    make_plan,
+    policy_names,
+    simulate,
+    simulate_program,
+)
 
 COST = AnalyticalCostModel()
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -22,6 +33,50 @@ def check_plan(plan: Plan) -> None:
     again = Plan.from_json(plan.to_json())
     assert again.to_dict() == plan.to_dict()
     again.validate()
+
+
+POLICIES = ["sequential", "wavefront", "wavefront_global", "ios", "opara"]
+NEVER_SLOWER_THAN_SEQUENTIAL = {"wavefront", "wavefront_global", "ios"}
+
+
+def check_all_policies(graph: RGraph, vd: VDevice) -> None:
+    seq = make_plan(graph, vd, "sequential", cost=COST)
+    for name in POLICIES:
+        plan = seq if name == "sequential" else make_plan(graph, vd, name, cost=COST)
+        check_plan(plan)
+        for p in plan.programs():
+            p.check_waves(graph)
+        timing = simulate(plan, cost=COST)  # raises DeadlockError if a wait never ends
+        assert timing.total_us == pytest.approx(plan.estimated_us, rel=1e-9, abs=1e-9)
+        assert timing.total_us + 1e-9 >= timing.ideal_us
+        for v in range(vd.num_veu):
+            assert timing.idle_us[v] >= -1e-9 and timing.wait_us[v] >= 0
+        if name in NEVER_SLOWER_THAN_SEQUENTIAL:
+            assert plan.estimated_us <= seq.estimated_us * (1 + TOL), name
+        ops = [op for p in plan.programs() for op in p.ops()]
+        assert len(ops) == len(set(ops)) == sum(op.supported for op in graph)
+
+
+def test_every_builtin_policy_is_checked():
+    assert set(POLICIES) == set(policy_names()) - {"test-everything-sequential"}
+
+
+@SETTINGS
+@given(small_dags(), st.integers(1, 8))
+def test_small_dags_all_policies(graph, veus):
+    check_all_policies(graph, VDevice.cpu(veus))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layered_dags(max_layers=6, max_width=6), st.integers(1, 8))
+def test_layered_dags_all_policies(graph, veus):
+    check_all_policies(graph, VDevice.cpu(veus))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layered_dags(max_layers=5, max_width=5), st.sampled_from(["h100", "v100"]))
+def test_cuda_vdevices_all_policies(graph, device):
+    check_all_policies(graph, VDevice.cuda(device, threads=128, registers=64, num_veu=48))
 
 
 def check_graph(graph: RGraph, veus: int) -> None:
