@@ -30,6 +30,7 @@ class RTaskOptions:
     device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
     check_status: bool = True  # CUDA: main checks the barrier status words after the programs
     verify_occupancy: bool = True  # CUDA: ptxas -v registers must let all vEUs be co-resident
+    max_ops_per_program: int | None = None  # wavefront: cap (None: 64 on llvm, none on cuda)
 
     def validate(self) -> RTaskOptions:
         from .schedule import policy_names
@@ -50,6 +51,12 @@ class RTaskOptions:
             raise OptionError(f"cuda_threads must be in 32..1024, not {self.cuda_threads!r}")
         if not isinstance(self.cuda_registers, int) or not 0 <= self.cuda_registers <= 255:
             raise OptionError(f"cuda_registers must be in 0..255, not {self.cuda_registers!r}")
+        if self.max_ops_per_program is not None and (
+            not isinstance(self.max_ops_per_program, int) or self.max_ops_per_program < 0
+        ):
+            raise OptionError(
+                f"max_ops_per_program must be >= 0 (0: no limit), not {self.max_ops_per_program!r}"
+            )
         if not isinstance(self.spin_timeout_ms, int) or self.spin_timeout_ms < 1:
             raise OptionError(f"spin_timeout_ms must be >= 1, not {self.spin_timeout_ms!r}")
         return self

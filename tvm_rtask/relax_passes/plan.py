@@ -21,6 +21,9 @@ from .extract import extract_graph
 
 PLAN_ATTR = "rtask.plan"
 RKERNEL_SUFFIX = "_rkernel"
+# The CPU dispatcher inlines each rKernel once per vEU that runs it; LLVM's time grows faster
+# than linearly with the function, so wavefront rPrograms are capped on llvm.
+CPU_MAX_OPS_PER_PROGRAM = 64
 
 
 ARCH_SPECS = {"sm_70": "v100", "sm_80": "a100", "sm_90": "h100"}
@@ -202,6 +205,14 @@ class PlanRPrograms:
             vdevice = cpu_vdevice(options)
             extracted = extract_graph(mod, _cpu_rkernels(mod, vdevice, options))
         graph = RGraph(extracted.operators)
-        plan = make_plan(graph, vdevice, policy=options.policy, cost=AnalyticalCostModel())
+        policy_options = {}
+        if options.policy in ("wavefront", "wavefront_global"):
+            cap = options.max_ops_per_program
+            if cap is None:
+                cap = 0 if target.kind.name == "cuda" else CPU_MAX_OPS_PER_PROGRAM
+            policy_options["max_ops_per_program"] = cap
+        plan = make_plan(
+            graph, vdevice, policy=options.policy, cost=AnalyticalCostModel(), **policy_options
+        )
         plan.options = options.to_dict()
         return mod.with_attr(PLAN_ATTR, plan.to_json())

@@ -56,6 +56,7 @@ CONFIG_OPTIONS: dict[str, str] = {
     "rtask.device": "str",
     "rtask.check_status": "bool",
     "rtask.verify_occupancy": "bool",
+    "rtask.max_ops_per_program": "int",
 }
 
 # Result codes of tvm_rtask_register_config_options (src/pass_config.cc).

@@ -42,6 +42,10 @@ class WavefrontPolicy(Policy):
 
     name = "wavefront"
     global_barrier: ClassVar[bool] = False
+    # max_ops_per_program: 0 = no limit. A wave that would push an rProgram past the limit
+    # starts a new one: the CPU dispatcher inlines each rKernel per vEU, and LLVM needed more
+    # than 15 minutes for DenseNet-121's 250-operator program.
+    OPTIONS: ClassVar[dict] = {"max_ops_per_program": 0}
 
     def select_rkernels(
         self, wave: list[str], graph: RGraph, vdevice: VDevice, cost: CostModel
@@ -97,6 +101,14 @@ class WavefrontPolicy(Policy):
             ordinary = [n for n in wave if not graph.op(n).supported]
             if supported:
                 kernels = self.select_rkernels(supported, graph, vdevice, cost)
+                limit = self.options["max_ops_per_program"]
+                if (
+                    limit
+                    and not cur.is_empty()
+                    and (len(cur.program.ops()) + len(supported) > limit)
+                ):
+                    steps.append(cur.program)
+                    cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
                 if cur.is_empty():
                     cur.place(w, supported, kernels)
                 else:
