@@ -334,16 +334,9 @@ def device_name(target_kind: str, threads: int) -> str:
         except (OSError, subprocess.SubprocessError):
             pass
         return "cuda"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {threads} threads"
+    from tvm_rtask.runtime.profiler import cpu_model_name
+
+    return f"{cpu_model_name()}, {threads} threads"
 
 
 def versions() -> dict:

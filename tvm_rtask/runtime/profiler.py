@@ -57,18 +57,22 @@ class Measurement:
     cached: bool = False
 
 
-def _host() -> str:
-    """What identifies the machine a CPU time was measured on."""
+def cpu_model_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what ``platform`` knows."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"{cpu}/{os.cpu_count()}"
+    return cpu
+
+
+def _host() -> str:
+    """What identifies the machine a CPU time was measured on."""
+    return f"{cpu_model_name()}/{os.cpu_count()}"
 
 
 class RKernelProfiler:
