@@ -7,8 +7,6 @@ Each model is compiled by tvm-rtask under both policies and both barrier kinds; 
 
 import numpy as np
 import pytest
-import tvm
-from tvm import relax
 
 import tvm_rtask
 from tvm_rtask.testing.onnx_light import (
@@ -17,6 +15,7 @@ from tvm_rtask.testing.onnx_light import (
     random_inputs,
     relative_error,
 )
+from tvm_rtask.testing.run import run_executable
 
 IN_CI = ["squeezenet", "inception_v1", "shufflenet"]
 SLOW = ["resnet50", "densenet121", "inception_v2", "bvlc_alexnet", "zfnet512", "vgg19"]
@@ -37,16 +36,10 @@ def reference():
     return get
 
 
-def _run(ex, inputs):
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](*(tvm.runtime.tensor(v) for v in inputs.values()))
-    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-
-
 def _check(name, policy, barrier, reference):
     model, inputs, expected = reference(name)
     ex = tvm_rtask.compile(model, "llvm", policy=policy, barrier=barrier, num_veu=2)
-    actual = _run(ex, inputs)
+    actual = run_executable(ex, inputs)
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected, strict=True):
         assert a.shape == e.shape

@@ -16,6 +16,7 @@ from tvm_rtask.testing.onnx_light import (
     random_inputs,
     relative_error,
 )
+from tvm_rtask.testing.run import run_executable
 from tvm_rtask.tir.cpu_dispatch import TensorDecl
 from tvm_rtask.tir.cuda_dispatch import (
     ENTRY_WORDS,
@@ -30,12 +31,6 @@ pytestmark = pytest.mark.gpu
 TARGET = {"kind": "cuda", "arch": "sm_90"}
 
 
-def _run(ex, inputs, dev):
-    vm = relax.VirtualMachine(ex, dev)
-    out = vm["main"](*(tvm.runtime.tensor(v, dev) for v in inputs.values()))
-    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-
-
 @pytest.mark.parametrize("policy", ["wavefront", "sequential"])
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_light_model_matches_tvm_default_cuda_build(name, policy):
@@ -43,8 +38,10 @@ def test_light_model_matches_tvm_default_cuda_build(name, policy):
     model = load_light_model(name)
     inputs = random_inputs(model)
     mod = tvm_rtask.frontend.load(model)
-    reference = _run(tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev)
-    actual = _run(tvm_rtask.compile(mod, TARGET, policy=policy), inputs, dev)
+    reference = run_executable(
+        tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
+    )
+    actual = run_executable(tvm_rtask.compile(mod, TARGET, policy=policy), inputs, dev)
     for a, e in zip(actual, reference, strict=True):
         assert relative_error(a, e) < 1e-4, (name, policy, relative_error(a, e))
 
@@ -66,7 +63,7 @@ def test_replay_under_a_cuda_graph():
     dev = tvm.cuda(0)
     model = load_light_model("inception_v1")
     inputs = random_inputs(model)
-    plain = _run(tvm_rtask.compile(model, TARGET), inputs, dev)
+    plain = run_executable(tvm_rtask.compile(model, TARGET), inputs, dev)
     with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
         ex = tvm_rtask.compile(model, TARGET)
     vm = relax.VirtualMachine(ex, dev)

@@ -7,7 +7,6 @@ import onnx
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
-from tvm import relax
 
 import tvm_rtask
 import tvm_rtask.models as zoo
@@ -15,6 +14,7 @@ from tvm_rtask.errors import OptionError
 from tvm_rtask.models._builder import GraphBuilder
 from tvm_rtask.models._rnn import BasicLSTMCell, GateWiseLSTMCell, time_steps
 from tvm_rtask.testing.onnx_light import onnxruntime_outputs, relative_error
+from tvm_rtask.testing.run import run_executable
 
 NAMES = [
     "alexnet",
@@ -48,18 +48,12 @@ SLOW = [
 ]
 
 
-def _run(ex, inputs):
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](*(tvm.runtime.tensor(v) for v in inputs.values()))
-    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-
-
 def _check_numerics(name, overrides, policy, barrier):
     model = zoo.onnx_model(name, reduced=True, **overrides)
     inputs = zoo.sample_inputs(model)
     expected = onnxruntime_outputs(model, inputs)
     ex = tvm_rtask.compile(model, "llvm", policy=policy, barrier=barrier, num_veu=2)
-    actual = _run(ex, inputs)
+    actual = run_executable(ex, inputs)
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected, strict=True):
         assert a.shape == e.shape
