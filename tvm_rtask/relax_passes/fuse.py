@@ -18,6 +18,7 @@ from tvm import relax
 
 from .dataflow import as_tir_call, handle, main_dataflow, replace_block
 from .simplify import RemoveInferenceDropout
+from .stitch import StitchFusion
 
 OPAQUE = 8
 
@@ -85,10 +86,11 @@ class FuseKeepingWaves:
         return relax.transform.DeadCodeElimination()(mod)
 
 
-def prepare_pipeline(fusion: str = "fuseops") -> tvm.transform.Pass:
+def prepare_pipeline(fusion: str = "fuseops", device: str = "cpu") -> tvm.transform.Pass:
     """Legalize, annotate, fold constants and fuse: the Relax module the planner expects.
 
-    ``fusion`` is ``"fuseops"`` (TVM's FuseOps kept from chaining branches) or ``"none"``.
+    ``fusion`` is ``"fuseops"`` (TVM's FuseOps kept from chaining branches), ``"stitch"``
+    (FusionStitching, scored for ``device``'s table entry) or ``"none"``.
     """
     passes = [
         RemoveInferenceDropout(),
@@ -98,8 +100,11 @@ def prepare_pipeline(fusion: str = "fuseops") -> tvm.transform.Pass:
     ]
     if fusion == "fuseops":
         passes.append(FuseKeepingWaves())
+    elif fusion == "stitch":
+        passes.append(StitchFusion(device))
     elif fusion != "none":
         from ..errors import OptionError
+        from ..options import FUSIONS
 
-        raise OptionError(f"fusion must be 'fuseops' or 'none', not {fusion!r}")
+        raise OptionError(f"fusion must be one of {FUSIONS}, not {fusion!r}")
     return tvm.transform.Sequential(passes, name="RTaskPrepare")
