@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 
 from .dataflow import as_tir_call, handle, main_dataflow, replace_block
-from .simplify import RemoveInferenceDropout
+from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stitch import StitchFusion
 
 OPAQUE = 8
@@ -96,6 +96,7 @@ def prepare_pipeline(fusion: str = "fuseops", device: str = "cpu") -> tvm.transf
         RemoveInferenceDropout(),
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
+        FoldConstantCalls(),
         relax.transform.FoldConstant(),
     ]
     if fusion == "fuseops":

@@ -1,0 +1,55 @@
+"""FoldConstantCalls against Relax's own FoldConstant, and RemoveInferenceDropout."""
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvm_rtask.relax_passes.dataflow import as_tir_call
+from tvm_rtask.relax_passes.simplify import FoldConstantCalls
+from tvm_rtask.testing.run import run_executable
+
+
+def _module(rng):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 4, 3, 3), "float32"))
+    w1 = relax.const(rng.standard_normal(4).astype("float32"))
+    w2 = relax.const(rng.standard_normal(4).astype("float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.reshape(w1, (1, 4, 1, 1)))  # constant only: folded
+            b = bb.emit(relax.op.reshape(w2, (1, 4, 1, 1)))  # same PrimFunc, other weight
+            c = bb.emit(relax.op.multiply(a, b))  # folded through the folded values
+            y = bb.emit(relax.op.add(x, c))  # reads x: stays
+            out = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps()(bb.get())
+    return relax.transform.AnnotateTIROpPattern()(mod)
+
+
+def _tir_calls(mod):
+    return [
+        as_tir_call(b.value).gvar.name_hint
+        for block in mod["main"].body.blocks
+        for b in block.bindings
+        if as_tir_call(b.value) is not None
+    ]
+
+
+def test_fold_constant_calls_matches_relax_fold_constant():
+    rng = np.random.default_rng(0)
+    mod = _module(rng)
+    ours = FoldConstantCalls()(mod)
+    theirs = relax.transform.FoldConstant()(mod)
+    assert len(_tir_calls(mod)) == 5
+    assert sorted(_tir_calls(ours)) == sorted(_tir_calls(theirs)) == ["add", "relu"]
+    x = rng.standard_normal((2, 4, 3, 3)).astype("float32")
+    got = run_executable(tvm.compile(ours, "llvm"), {"x": x})[0]
+    want = run_executable(tvm.compile(mod, "llvm"), {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_fold_constant_calls_leaves_input_module_alone():
+    mod = _module(np.random.default_rng(1))
+    before = len(_tir_calls(mod))
+    FoldConstantCalls()(mod)
+    assert len(_tir_calls(mod)) == before
