@@ -34,7 +34,7 @@ def plan(mod, target="llvm", policy: str | None = None, **options) -> Plan:
         [RTaskPrepare(opts.get("fusion")), PlanRPrograms(target, **opts)]
     )
     planned = run_keeping_errors(seq, mod)
-    return Plan.from_json(str(planned.attrs[PLAN_ATTR]))
+    return Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)
 
 
 def compile(  # noqa: A001 - the name users expect, as tvm.compile
@@ -60,7 +60,7 @@ def compile_with_plan(
     opts = _options(policy, barrier, options)
     lowered = run_keeping_errors(rtask_pipeline(tvm_target, **opts), mod)
     # (the plan's options are resolved: keywords, then rtask.* PassContext keys, then defaults)
-    planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]))
+    planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True)
     if tvm_target.kind.name == "cuda":
         from .runtime import cuda_status  # noqa: F401 - registers tvm_rtask.check_status
 

@@ -154,7 +154,7 @@ class LowerRPrograms:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if mod.attrs is None or PLAN_ATTR not in mod.attrs:
             raise PlanError("LowerRPrograms needs a plan: run PlanRPrograms first")
-        plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]))
+        plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]), shared=True)
         extracted = extract_graph(mod)
         if [op.name for op in extracted.operators] != [op.name for op in plan.graph.ops]:
             raise PlanError("the module changed between PlanRPrograms and LowerRPrograms")
