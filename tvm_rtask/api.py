@@ -8,6 +8,7 @@ from . import frontend
 from .core import Plan
 from .errors import run_keeping_errors
 from .relax_passes import PLAN_ATTR, PlanRPrograms, RTaskPrepare, as_target, rtask_pipeline
+from .relax_passes.ios_merge import IOSOperatorMerge
 from .runtime import native, threads
 from .runtime.config import register_config_options
 
@@ -31,7 +32,11 @@ def plan(mod, target="llvm", policy: str | None = None, **options) -> Plan:
     mod = frontend.load(mod)
     opts = _options(policy, None, options)
     seq = tvm.transform.Sequential(
-        [RTaskPrepare(opts.get("fusion")), PlanRPrograms(target, **opts)]
+        [
+            IOSOperatorMerge(target, **opts),
+            RTaskPrepare(opts.get("fusion")),
+            PlanRPrograms(target, **opts),
+        ]
     )
     planned = run_keeping_errors(seq, mod)
     return Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)

@@ -31,6 +31,7 @@ class RTaskOptions:
     check_status: bool = True  # CUDA: main checks the barrier status words after the programs
     verify_occupancy: bool = True  # CUDA: ptxas -v registers must let all vEUs be co-resident
     max_ops_per_program: int | None = None  # wavefront: cap (None: 64 on llvm, none on cuda)
+    ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
     db: str | None = None  # MetaSchedule work directory whose tuned kernels replace the defaults
 
     def validate(self) -> RTaskOptions:
@@ -58,6 +59,8 @@ class RTaskOptions:
             raise OptionError(
                 f"max_ops_per_program must be >= 0 (0: no limit), not {self.max_ops_per_program!r}"
             )
+        if not isinstance(self.ios_merge, bool):
+            raise OptionError(f"ios_merge must be True or False, not {self.ios_merge!r}")
         if self.db is not None and not isinstance(self.db, str):
             raise OptionError(f"db must be a directory path (str), not {self.db!r}")
         if not isinstance(self.spin_timeout_ms, int) or self.spin_timeout_ms < 1:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tests.core.graphs import chain, inception, op, small_dags
 from tvm_rtask.core import RGraph, VDevice
 from tvm_rtask.schedule import AnalyticalCostModel, IOSPolicy, make_plan, simulate
-from tvm_rtask.schedule.ios import _Part
+from tvm_rtask.schedule.ios import _Part, choose_merges
 
 COST = AnalyticalCostModel()
 
@@ -142,3 +142,44 @@ def test_pruning_limits_group_size():
     part = part_of(g, VDevice.cpu(2), r=3, s=8)
     assert max(e.bit_count() for e in part._endings(0b1111)) == 3
     assert len(part.stages()) >= 2
+
+
+class _MergeFriendly(AnalyticalCostModel):
+    """Merged operators (named ``a+b``) ten times cheaper per rTask: the DP must merge."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def rtask_us(self, op, kernel, vdevice):
+        base = super().rtask_us(op, kernel, vdevice)
+        return base * self.factor if "+" in op.name else base
+
+
+def _fan_out() -> RGraph:
+    """x -> a, b (group g0), c (group g1) -> d joins them."""
+    return RGraph(
+        [
+            op("x", []),
+            op("a", ["x"]),
+            op("b", ["x"]),
+            op("c", ["x"]),
+            op("d", ["a", "b", "c"]),
+        ]
+    )
+
+
+def test_choose_merges_follows_the_cost_of_each_strategy():
+    graph, vd = _fan_out(), VDevice.cpu(2)
+    tags = {"a": ("g0", 1.0), "b": ("g0", 1.0), "c": ("g1", 1.0)}
+    merged = choose_merges(graph, vd, _MergeFriendly(0.1), tags)
+    assert [sorted(s) for s in merged] == [["a", "b"]]  # c is in another group
+    assert choose_merges(graph, vd, _MergeFriendly(10.0), tags) == []
+    assert choose_merges(graph, vd, _MergeFriendly(0.1), {}) == []
+
+
+def test_merge_scale_makes_padded_kernels_cost_more():
+    graph, vd = _fan_out(), VDevice.cpu(2)
+    # merged rTasks are 0.9x as long, but padding a 1x1 to 5x5 multiplies its FLOPs by 25
+    assert choose_merges(graph, vd, _MergeFriendly(0.9), {"a": ("g", 1.0), "b": ("g", 1.0)})
+    assert not choose_merges(graph, vd, _MergeFriendly(0.9), {"a": ("g", 25.0), "b": ("g", 1.0)})

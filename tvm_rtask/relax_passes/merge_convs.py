@@ -22,7 +22,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 
-from .dataflow import handle, static_shape
+from .dataflow import handle, main_dataflow, static_shape
 
 CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
 
@@ -154,8 +154,42 @@ def _defined_before(bindings: list[relax.Binding], params: list[relax.Var]) -> l
     return out
 
 
-def merge_convs_in_function(func: relax.Function, min_group: int = 2) -> tuple[relax.Function, int]:
-    """``func`` with its mergeable convolutions merged; also how many groups were merged."""
+def merge_candidates(func: relax.Function) -> dict[int, tuple[int, float]]:
+    """Convolutions of ``func``'s main dataflow block that could merge: binding index ->
+    (group number, factor by which its FLOPs grow when padded to the group's kernel)."""
+    found = main_dataflow(func)
+    if found is None:
+        return {}
+    bindings = list(found[1].bindings)
+    convs = [c for i, b in enumerate(bindings) if (c := _as_conv(i, b)) is not None]
+    out = {}
+    for g, group in enumerate(_merge_groups(convs, 2)):
+        size = (max(c.kernel[0] for c in group), max(c.kernel[1] for c in group))
+        for c in group:
+            out[c.index] = (g, size[0] * size[1] / (c.kernel[0] * c.kernel[1]))
+    return out
+
+
+def _selected(groups: list[list[_Conv]], select: list[set[int]]) -> list[list[_Conv]]:
+    """The parts of ``groups`` named by ``select`` (sets of binding indices)."""
+    out = []
+    for group in groups:
+        for chosen in select:
+            part = [c for c in group if c.index in chosen]
+            if len(part) >= 2:
+                out.append(part)
+    return out
+
+
+def merge_convs_in_function(
+    func: relax.Function, min_group: int = 2, select: list[set[int]] | None = None
+) -> tuple[relax.Function, int]:
+    """``func`` with its mergeable convolutions merged; also how many groups were merged.
+
+    ``select`` (sets of binding indices of the main dataflow block, as
+    :func:`merge_candidates` numbers them) merges exactly those sets instead of every group.
+    """
+    main = main_dataflow(func)
     body = func.body
     if not isinstance(body, relax.SeqExpr):
         return func, 0
@@ -170,7 +204,10 @@ def merge_convs_in_function(func: relax.Function, min_group: int = 2) -> tuple[r
         convs = [c for i, b in enumerate(bindings) if (c := _as_conv(i, b)) is not None]
         defined = _defined_before(bindings, list(func.params))
         plans: dict[int, list[_Conv]] = {}
-        for group in _merge_groups(convs, min_group):
+        groups = _merge_groups(convs, min_group)
+        if select is not None:
+            groups = _selected(groups, select) if block.same_as(main[1]) else []
+        for group in groups:
             first = group[0].index
             ready = [
                 c
@@ -223,24 +260,34 @@ def _emit_group(
     )
     conv = bb.normalize(conv)
     conv_var = relax.DataflowVar(f"merged_conv{serial}", conv.ty)
-    sections = list(np.cumsum([c.out_channels for c in group])[:-1])
-    split = bb.normalize(relax.op.split(conv_var, [int(s) for s in sections], axis=1))
-    split_var = relax.DataflowVar(f"merged_conv{serial}_parts", split.ty)
-    for k, c in enumerate(group):
-        rebound[handle(c.var)] = relax.TupleGetItem(split_var, k)
-    return [*bindings, relax.VarBinding(conv_var, conv), relax.VarBinding(split_var, split)]
+    out = [*bindings, relax.VarBinding(conv_var, conv)]
+    # One strided_slice per member rather than one split: a split legalizes into a kernel
+    # with several outputs, which cannot be an rKernel; slices are injective and fuse into
+    # their consumers.
+    start = 0
+    for c in group:
+        part = relax.op.strided_slice(
+            conv_var, axes=[1], begin=[start], end=[start + c.out_channels]
+        )
+        start += c.out_channels
+        part_var = relax.DataflowVar(f"{c.var.name}_merged", bb.normalize(part).ty)
+        out.append(relax.VarBinding(part_var, bb.normalize(part)))
+        rebound[handle(c.var)] = part_var
+    return out
 
 
 @tvm.transform.module_pass(opt_level=0, name="MergeConvs")
 class MergeConvs:
     """Merge convolutions that share an input (IOS operator merge) in every Relax function.
 
-    ``min_group``: merge only groups of at least this many convolutions. After the pass,
-    ``last_merged`` holds how many groups it merged.
+    ``min_group``: merge only groups of at least this many convolutions; ``select``: merge
+    only these sets of binding indices of ``main`` (see :func:`merge_candidates`). After the
+    pass, ``last_merged`` holds how many groups it merged.
     """
 
-    def __init__(self, min_group: int = 2) -> None:
+    def __init__(self, min_group: int = 2, select: list[set[int]] | None = None) -> None:
         self.min_group = max(2, int(min_group))
+        self.select = select
         self.last_merged = 0
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
@@ -249,7 +296,9 @@ class MergeConvs:
         for gvar, func in list(mod.functions.items()):
             if not isinstance(func, relax.Function):
                 continue
-            new, n = merge_convs_in_function(func, self.min_group)
+            if self.select is not None and gvar.name_hint != "main":
+                continue
+            new, n = merge_convs_in_function(func, self.min_group, self.select)
             if n:
                 out = out or mod.clone()  # never edit the caller's module in place
                 out[gvar] = new

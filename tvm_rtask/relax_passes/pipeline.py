@@ -7,6 +7,7 @@ import tvm
 from ..errors import remember_errors
 from ..options import resolve_options
 from .fuse import prepare_pipeline
+from .ios_merge import IOSOperatorMerge
 from .lower import LowerRPrograms
 from .plan import PlanRPrograms
 
@@ -25,7 +26,8 @@ class RTaskPrepare:
 
 
 def rtask_pipeline(target="llvm", **options) -> tvm.transform.Pass:
-    """``Sequential([RTaskPrepare, PlanRPrograms, LowerRPrograms])`` for ``target``.
+    """``Sequential([IOSOperatorMerge, RTaskPrepare, PlanRPrograms, LowerRPrograms])`` for
+    ``target`` (IOSOperatorMerge does nothing unless the policy is ``"ios"``).
 
     Options (``policy``, ``barrier``, ``num_veu``, ...) are checked now, so a typo fails at
     construction rather than deep inside a build.
@@ -33,6 +35,7 @@ def rtask_pipeline(target="llvm", **options) -> tvm.transform.Pass:
     resolve_options({k: v for k, v in options.items() if v is not None})
     return tvm.transform.Sequential(
         [
+            IOSOperatorMerge(target, **options),
             RTaskPrepare(options.get("fusion")),
             PlanRPrograms(target, **options),
             LowerRPrograms(),

@@ -58,6 +58,7 @@ CONFIG_OPTIONS: dict[str, str] = {
     "rtask.verify_occupancy": "bool",
     "rtask.max_ops_per_program": "int",
     "rtask.db": "str",
+    "rtask.ios_merge": "bool",
 }
 
 # Result codes of tvm_rtask_register_config_options (src/pass_config.cc).

@@ -29,13 +29,17 @@ between waves (CPU ``barrier="global"``) stays correct. Operators that cannot be
 split the rProgram and run as ordinary calls, as in every policy.
 
 IOS's other stage strategy, *operator merge* (convolutions that share an input run as one
-wider convolution), is a Relax rewrite here (``relax_passes.merge_convs``) applied before
-planning, not a choice of this dynamic program.
+wider convolution, section 4.2), is a choice of this dynamic program when ``merges`` tags
+the mergeable operators: an ending made only of operators of one merge group costs the
+less of running them side by side and running them as one convolution (the kernels padded
+to the largest, so FLOPs grow by each member's ``scale``). :func:`choose_merges` returns the
+sets the DP merged; ``relax_passes.ios_merge`` rewrites exactly those with
+``relax_passes.merge_convs`` and plans again.
 """
 
 from __future__ import annotations
 
-from ..core.graph import RGraph
+from ..core.graph import RGraph, ROperator
 from ..core.plan import OrdinaryCall
 from ..core.rkernel import RKernel
 from ..core.rprogram import RProgram
@@ -66,8 +70,11 @@ class _Part:
         budget: int,
         durations: dict[str, float],
         latencies: dict[tuple[str, ...], float],
+        merges: dict[str, tuple[str, float]] | None = None,
     ) -> None:
         self.names = names
+        self.merges = merges or {}
+        self.merged: set[int] = set()  # endings whose best strategy is operator merge
         self.graph, self.kernels, self.vdevice, self.cost = graph, kernels, vdevice, cost
         self.r, self.s, self.budget = r, s, budget
         self.durations = durations
@@ -92,12 +99,16 @@ class _Part:
         full = (1 << len(self.names)) - 1
         self._best(full)
         out = []
+        self.merged_stages: list[list[str]] = []
         state = full
         while state:
             _, ending = self.memo[state]
             out.append(self.ordered(ending))
+            if ending in self.merged:
+                self.merged_stages.append(out[-1])
             state &= ~ending
         out.reverse()
+        self.merged_stages.reverse()
         return out
 
     def _best(self, state: int) -> float:
@@ -171,8 +182,40 @@ class _Part:
                     list(ops), self.kernels, self.graph, self.vdevice, self.cost, self.durations
                 )
                 t = self.shared[ops] = plan.makespan_us + self.bar
+            merged = self._merged_latency(ops)
+            if merged < t:
+                t = merged
+                self.merged.add(ending)
             self.latencies[ending] = t
         return t
+
+    def _merged_latency(self, ops: tuple[str, ...]) -> float:
+        """The stage run as one merged convolution, or infinity when ``ops`` cannot merge
+        (not all tagged, or tagged in different groups)."""
+        tags = [self.merges.get(n) for n in ops]
+        if len(ops) < 2 or None in tags or len({t[0] for t in tags}) != 1:
+            return float("inf")
+        members = [self.graph.op(n) for n in ops]
+        kernels = [self.kernels[n] for n in ops]
+        op = ROperator(
+            name="+".join(ops),
+            func="",
+            pattern="out_ewise_fusable",
+            flops=sum(m.flops * t[1] for m, t in zip(members, tags, strict=True)),
+            bytes=sum(m.bytes for m in members),
+            rkernels=[
+                RKernel(
+                    name="merged",
+                    num_rtasks=sum(k.num_rtasks for k in kernels),
+                    threads=max(k.threads for k in kernels),
+                    shared_mem=max(k.shared_mem for k in kernels),
+                )
+            ],
+        )
+        plan = stage_schedule(
+            [op.name], {op.name: op.rkernels[0]}, RGraph([op]), self.vdevice, self.cost
+        )
+        return plan.makespan_us + self.bar
 
 
 def _bits(x: int) -> list[int]:
@@ -210,9 +253,15 @@ class IOSPolicy(Policy):
         vdevice: VDevice,
         cost: CostModel,
         kernels: dict[str, RKernel] | None = None,
+        merges: dict[str, tuple[str, float]] | None = None,
     ) -> list[list[str]]:
-        """The IOS stages of ``names`` (supported operators in topological order)."""
+        """The IOS stages of ``names`` (supported operators in topological order).
+
+        With ``merges`` (operator -> (merge group, FLOP scale when merged)) the DP may run a
+        stage as one merged operator; those stages are left in ``self.merged_stages``.
+        """
         kernels = kernels or {n: cost.fastest(graph.op(n), vdevice) for n in names}
+        self.merged_stages: list[list[str]] = []
         durations: dict[str, float] = {}
         latencies: dict[tuple[str, ...], float] = {}
         out: list[list[str]] = []
@@ -222,7 +271,7 @@ class IOSPolicy(Policy):
         while start < len(names):
             part = names[start : start + size]
             try:
-                out += self._part(part, graph, kernels, vdevice, cost, durations, latencies)
+                out += self._part(part, graph, kernels, vdevice, cost, durations, latencies, merges)
             except _OverBudget:
                 cap, streak = len(part), 0
                 size = max(1, len(part) // 2)  # a part of one operator never runs over
@@ -243,9 +292,10 @@ class IOSPolicy(Policy):
         cost: CostModel,
         durations: dict[str, float],
         latencies: dict[tuple[str, ...], float],
+        merges: dict[str, tuple[str, float]] | None = None,
     ) -> list[list[str]]:
         o = self.options
-        return _Part(
+        part = _Part(
             names,
             graph,
             kernels,
@@ -256,7 +306,11 @@ class IOSPolicy(Policy):
             o["max_endings"],
             durations,
             latencies,
-        ).stages()
+            merges,
+        )
+        stages = part.stages()
+        self.merged_stages += part.merged_stages
+        return stages
 
     def plan(
         self, graph: RGraph, vdevice: VDevice, cost: CostModel
@@ -303,3 +357,31 @@ class IOSPolicy(Policy):
             builder.replay(est.placed(kernels), {op: phase + d for op, d in depth.items()})
             phase += 1 + max(depth.values())
         return builder.program
+
+
+def choose_merges(
+    graph: RGraph,
+    vdevice: VDevice,
+    cost: CostModel,
+    merges: dict[str, tuple[str, float]],
+    **options,
+) -> list[list[str]]:
+    """The operator sets IOS's dynamic program chooses to run merged (section 4.2).
+
+    ``merges`` tags each mergeable operator with its group (operators of one group read the
+    same input and may become one convolution) and the factor by which its FLOPs grow when
+    its kernel is padded to the group's largest. Segments between unsupported operators are
+    scheduled as :class:`IOSPolicy` schedules them.
+    """
+    policy = IOSPolicy(**options)
+    chosen: list[list[str]] = []
+    segment: list[str] = []
+    for name in [*IOSPolicy.order(graph), None]:
+        if name is not None and graph.op(name).supported:
+            segment.append(name)
+            continue
+        if any(n in merges for n in segment):
+            policy.schedule(segment, graph, vdevice, cost, merges=merges)
+            chosen += policy.merged_stages
+        segment = []
+    return chosen
