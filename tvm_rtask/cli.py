@@ -6,6 +6,7 @@
                       [--report r.json] [--gantt g.png] [--emit-source DIR]
     tvm-rtask run ARTIFACT [--inputs x.npz] [--outputs y.npz] [--repeat N]
     tvm-rtask plan MODEL [--policy P ...] [--num-veu N] [--json plan.json]
+    tvm-rtask tune MODEL --db DIR [--target llvm] [--trials N] [--seconds S] [--rpc H:P:KEY]
     tvm-rtask bench [harness options]        (bench/harness.py of a source checkout)
     tvm-rtask models                         (the zoo)
     tvm-rtask export-onnx NAME -o model.onnx
@@ -574,6 +575,7 @@ def _option_args(p: argparse.ArgumentParser, policy: bool = True) -> None:
         p.add_argument("--policy", default=None, help="wavefront (default), sequential, ...")
     p.add_argument("--barrier", default=None, choices=("fine", "global"), help="default fine")
     p.add_argument("--num-veu", type=int, default=None, help="vEUs (CPU: worker threads)")
+    p.add_argument("--db", default=None, help="tuning work directory (tvm-rtask tune --db)")
     p.add_argument(
         "--option",
         action="append",
@@ -584,7 +586,7 @@ def _option_args(p: argparse.ArgumentParser, policy: bool = True) -> None:
 
 def _options_from(args, policy: bool = True) -> dict:
     opts = parse_key_values(args.option, "--option")
-    for key in ("barrier", "num_veu") + (("policy",) if policy else ()):
+    for key in ("barrier", "num_veu", "db") + (("policy",) if policy else ()):
         value = getattr(args, key, None)
         if value is not None:
             opts[key] = value
@@ -599,6 +601,30 @@ def _load_from_args(args) -> LoadedModel:
         seed=args.seed,
         shape_dict=parse_shapes(args.input_shapes),
     )
+
+
+def cmd_tune(args) -> int:
+    from .tuning import tune
+
+    model = _load_from_args(args)
+    trials = args.trials
+    if trials is None and args.seconds is None:
+        trials = 64
+    tune(
+        model.mod,
+        parse_target(args.target),
+        args.db,
+        trials=trials,
+        seconds=args.seconds,
+        num_trials_per_iter=args.trials_per_iter,
+        rpc=args.rpc,
+        fusion=args.fusion,
+        include_injective=args.all_ops,
+        num_cores=args.num_cores,
+        seed=args.tune_seed,
+        progress=not args.no_progress,
+    )
+    return 0
 
 
 def cmd_compile(args) -> int:
@@ -809,6 +835,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="JSON", help="write the reports and plans here")
     p.add_argument("--gantt", metavar="PNG", help="Gantt chart of the first policy's plan")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("tune", help="tune the operators with MetaSchedule into a database")
+    _model_args(p)
+    p.add_argument("--db", required=True, help="work directory of the tuning database")
+    p.add_argument("--trials", type=int, default=None, help="trials for the model (default 64)")
+    p.add_argument("--seconds", type=float, default=None, help="stop measuring after this")
+    p.add_argument("--trials-per-iter", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
+    p.add_argument("--num-cores", type=int, default=None, help="llvm: cores (default: all)")
+    p.add_argument("--fusion", default=None, help="fusion the model is compiled with")
+    p.add_argument("--all-ops", action="store_true", help="tune injective operators too")
+    p.add_argument("--tune-seed", type=int, default=0, help="seed of the search")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser(
         "bench",

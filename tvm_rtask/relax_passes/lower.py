@@ -29,7 +29,7 @@ from ..tir.cuda_dispatch import (
 from ..tir.cuda_rkernel import CUDARKernel
 from .dataflow import replace_block, static_shape
 from .extract import ExtractedGraph, extract_graph
-from .plan import PLAN_ATTR, RKERNEL_SUFFIX
+from .plan import PLAN_ATTR, RKERNEL_SUFFIX, kernel_function
 
 
 def _decl(name: str, expr: relax.Expr) -> TensorDecl:
@@ -62,7 +62,8 @@ def _cpu_program(program: RProgram, plan: Plan, mod, tensors, inputs, outputs, w
     calls = {}
     for op_name in program.ops():
         op = plan.graph.op(op_name)
-        calls[op_name] = KernelCall(mod[op.func], [*op.inputs, *op.outputs])
+        func = kernel_function(mod, op.func, program.kernel_of(op_name))
+        calls[op_name] = KernelCall(mod[func], [*op.inputs, *op.outputs])
     code = CPUProgramCode(
         params=[_decl(t, tensors[t]) for t in (*inputs, *outputs)],
         workspaces=[_decl(t, tensors[t]) for t in workspaces],

@@ -16,11 +16,13 @@ from ..errors import CapacityError, OptionError, UnsupportedOperator, remember_e
 from ..options import RTaskOptions, resolve_options
 from ..schedule import AnalyticalCostModel, make_plan
 from ..tir.cpu_rkernel import make_cpu_rkernel
+from ..tir.cpu_tuned import outer_parallel_extent
 from ..tir.cuda_rkernel import make_cuda_rkernel, schedule_for_cuda, schedule_serial_reduction
 from .extract import extract_graph
 
 PLAN_ATTR = "rtask.plan"
 RKERNEL_SUFFIX = "_rkernel"
+VARIANT_INFIX = "_rk"
 # The CPU dispatcher inlines each rKernel once per vEU that runs it; LLVM's time grows faster
 # than linearly with the function, so wavefront rPrograms are capped on llvm.
 CPU_MAX_OPS_PER_PROGRAM = 64
@@ -83,18 +85,60 @@ def cuda_schedule_target(target: Target, threads: int) -> Target:
     return Target(dict(target.export(), max_num_threads=threads))
 
 
-def _cpu_rkernels(mod: tvm.IRModule, vdevice: VDevice, options: RTaskOptions):
-    """rKernel maker for llvm: the operator's PrimFunc is replaced by its rKernel in place."""
+def variant_function(func_name: str, num_rtasks: int) -> str:
+    """Name of the PrimFunc of a further rKernel variant of ``func_name`` (the first variant
+    replaces ``func_name`` itself, so ordinary calls keep working)."""
+    return f"{func_name}{VARIANT_INFIX}{num_rtasks}"
+
+
+def kernel_function(mod: tvm.IRModule, func_name: str, kernel_name: str) -> str:
+    """The PrimFunc that implements rKernel ``kernel_name`` (``<func>@<num_rtasks>``)."""
+    alternative = variant_function(func_name, int(kernel_name.rpartition("@")[2]))
+    names = {gv.name_hint for gv in mod.get_global_vars()}
+    return alternative if alternative in names else func_name
+
+
+def _cpu_candidates(func, tuned) -> list[tuple]:
+    """(PrimFunc, measured us of one call, cores it was measured on), best first: the tuned
+    schedules when the database has some, else the default schedule with no measurement
+    (measured and analytical times are not comparable, so they are never mixed)."""
+    schedules = tuned.schedules(func) if tuned is not None else []
+    if schedules:
+        return [(s.func, s.us, s.cores) for s in schedules]
+    return [(func, None, 1)]
+
+
+def _cpu_rkernels(mod: tvm.IRModule, vdevice: VDevice, options: RTaskOptions, tuned=None):
+    """rKernel maker for llvm: variants with distinct rTask counts, the first in place of the
+    operator's PrimFunc and the others beside it (``variant_function``).
+
+    Counts are tried from ``num_veu * rtasks_per_veu`` (fastest when alone) down to one rTask
+    (no split overhead, best when a wave already fills the vEUs); with tuning records each
+    record's parallel loop gives its own counts, and an rTask's time is the record's time
+    times the threads it ran on, divided among the rTasks.
+    """
     max_rtasks = vdevice.num_veu * options.rtasks_per_veu
+    limits = sorted({max_rtasks, vdevice.num_veu, 1}, reverse=True)
     cache: dict[str, list[RKernel]] = {}
 
     def rkernels_for(name: str) -> list[RKernel]:
         if name not in cache:
-            kernel = make_cpu_rkernel(mod[name], max_rtasks)
-            mod[name] = kernel.func
-            cache[name] = [
-                RKernel(name=f"{name}@{kernel.num_rtasks}", num_rtasks=kernel.num_rtasks)
-            ]
+            variants: dict[int, RKernel] = {}
+            for func, us, cores in _cpu_candidates(mod[name], tuned):
+                for limit in limits:
+                    kernel = make_cpu_rkernel(func, limit)
+                    n = kernel.num_rtasks
+                    if n in variants:
+                        continue
+                    if not variants:
+                        mod[name] = kernel.func
+                    else:
+                        mod[variant_function(name, n)] = kernel.func
+                    est = None
+                    if us is not None:
+                        est = us * min(cores, max(outer_parallel_extent(func), 1)) / n
+                    variants[n] = RKernel(name=f"{name}@{n}", num_rtasks=n, est_us=est)
+            cache[name] = list(variants.values())
         return cache[name]
 
     return rkernels_for
@@ -156,6 +200,15 @@ def _cuda_rkernels(
     return rkernels_for
 
 
+def _tuned_kernels(db: str | None):
+    """The tuning records of work directory ``db`` (MetaSchedule is imported only then)."""
+    if db is None:
+        return None
+    from ..tuning.apply import load_tuned
+
+    return load_tuned(db)
+
+
 def _schedule_all(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     """dlight's default GPU schedules for every PrimFunc (ordinary calls need them too)."""
     for gvar, func in list(mod.functions.items()):
@@ -203,7 +256,8 @@ class PlanRPrograms:
             )
         else:
             vdevice = cpu_vdevice(options)
-            extracted = extract_graph(mod, _cpu_rkernels(mod, vdevice, options))
+            tuned = _tuned_kernels(options.db)
+            extracted = extract_graph(mod, _cpu_rkernels(mod, vdevice, options, tuned))
         graph = RGraph(extracted.operators)
         policy_options = {}
         if options.policy in ("wavefront", "wavefront_global"):

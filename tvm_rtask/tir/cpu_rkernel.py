@@ -80,6 +80,10 @@ def make_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
     be placed under one spatial loop nest stays a single rTask: still correct, just without
     intra-operator parallelism.
     """
+    from .cpu_tuned import is_tuned, make_tuned_cpu_rkernel
+
+    if is_tuned(func):  # a MetaSchedule schedule: cut along its own parallel loop
+        return make_tuned_cpu_rkernel(func, max_rtasks)
     sch = s_tir.Schedule(func)
     try:
         blocks = _root_children(sch)

@@ -1,0 +1,268 @@
+"""Tuning with MetaSchedule: budget, reuse, resume after SIGKILL, tuned compile, variants, RPC.
+
+MetaSchedule's import costs ~20 s per process, so every test here shares one module-scoped
+tuning: the CLI tunes a tiny model (conv2d + relu, reshape, matmul) in a subprocess that is
+killed with SIGKILL once the first operator is in the ledger, and this process resumes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+TRIALS = 8  # the whole model: 4 per tuned operator
+PER_ITER = 4
+TUNED_OPS = ("fused_conv2d_relu", "matmul")
+
+
+def _tiny_onnx(path: str) -> str:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32"), "w"),
+        numpy_helper.from_array(rng.standard_normal((512, 16)).astype("float32"), "m"),
+        numpy_helper.from_array(np.array([1, 512], dtype="int64"), "shape"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Reshape", ["r", "shape"], ["f"]),
+        helper.make_node("MatMul", ["f", "m"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.save(model, path)
+    return path
+
+
+def _ledger(db: str) -> dict:
+    path = os.path.join(db, "rtask_tuning.json")
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            return json.load(f)["tasks"]
+    except ValueError:
+        return {}
+
+
+def _tune(model, db, out, **kw):
+    from tvm_rtask.tuning import tune
+
+    return tune(
+        model,
+        "llvm",
+        db,
+        trials=TRIALS,
+        num_trials_per_iter=PER_ITER,
+        num_cores=2,
+        progress=False,
+        out=out,
+        **kw,
+    )
+
+
+def _record_counts(model, db) -> dict[str, int]:
+    from tvm_rtask.tuning import extract_tasks
+    from tvm_rtask.tuning.database import open_database, valid_records
+    from tvm_rtask.tuning.tasks import prepared, task_module
+
+    database = open_database(db)
+    return {
+        t.name: len(valid_records(database, task_module(t.func), 1000))
+        for t in extract_tasks(prepared(model))
+    }
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """Kill a CLI tuning run after its first operator, then resume it here."""
+    root = tmp_path_factory.mktemp("tuning")
+    model = _tiny_onnx(str(root / "tiny.onnx"))
+    db = str(root / "db")
+    cmd = [
+        sys.executable,
+        "-m",
+        "tvm_rtask.cli",
+        "tune",
+        model,
+        "--db",
+        db,
+        "--trials",
+        str(TRIALS),
+        "--trials-per-iter",
+        str(PER_ITER),
+        "--num-cores",
+        "2",
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # MetaSchedule's tensor intrinsics take ~20 s to import: load them here meanwhile.
+    importer = threading.Thread(target=importlib.import_module, args=("tvm.s_tir.tensor_intrin",))
+    importer.start()
+    deadline = time.monotonic() + 300
+    while not _ledger(db) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    output = proc.communicate()[0].decode()
+    importer.join()
+    assert proc.returncode == -signal.SIGKILL, output
+    killed = {"ledger": _ledger(db), "records": _record_counts(model, db)}
+    out = io.StringIO()
+    report = _tune(model, db, out)
+    return {"model": model, "db": db, "killed": killed, "resumed": report, "out": out.getvalue()}
+
+
+def test_killed_run_resumes_without_losing_work(tuned):
+    killed, resumed = tuned["killed"], tuned["resumed"]
+    assert len(killed["ledger"]) == 1, "the kill should land after exactly one operator"
+    (first,) = (entry["name"] for entry in killed["ledger"].values())
+    (second,) = set(TUNED_OPS) - {first}
+    # the finished operator is reused, the other one gets exactly its remaining trials
+    assert first not in resumed.tuned
+    assert resumed.reused >= 1
+    per_op = TRIALS // len(TUNED_OPS)
+    assert resumed.trials_run == per_op - killed["records"][second]
+    after = _record_counts(tuned["model"], tuned["db"])
+    assert after[first] == killed["records"][first]
+    assert after[second] == per_op
+    assert tuned["out"].strip().splitlines()[-1] == (
+        f"trials run: {resumed.trials_run}, reused: {resumed.reused}"
+    )
+
+
+def test_budget_and_second_run_reuses_everything(tuned):
+    ledger = _ledger(tuned["db"])
+    assert sorted(e["name"] for e in ledger.values()) == sorted(TUNED_OPS)
+    assert sum(e["trials"] for e in ledger.values()) <= 32
+    out = io.StringIO()
+    report = _tune(tuned["model"], tuned["db"], out)
+    assert (report.trials_run, report.reused) == (0, len(TUNED_OPS))
+    assert out.getvalue().strip().splitlines()[-1] == "trials run: 0, reused: 2"
+
+
+def _run(ex, x):
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_compile_uses_tuned_kernels_and_numerics_match(tuned):
+    import onnxruntime as ort
+
+    import tvm_rtask
+
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype("float32")
+    (expected,) = ort.InferenceSession(tuned["model"]).run(None, {"x": x})
+    plain = _run(tvm_rtask.compile(tuned["model"], "llvm"), x)
+    with_db = _run(tvm_rtask.compile(tuned["model"], "llvm", db=tuned["db"]), x)
+    np.testing.assert_allclose(with_db, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(with_db, plain, rtol=1e-4, atol=1e-4)
+    plan = tvm_rtask.plan(tuned["model"], "llvm", db=tuned["db"])
+    for op in plan.graph.ops:
+        measured = [k.est_us is not None for k in op.rkernels]
+        assert all(measured) == any(name in op.func for name in TUNED_OPS), op.name
+
+
+def _planned(model, **options):
+
+    from tvm_rtask.relax_passes import PlanRPrograms
+    from tvm_rtask.tuning.tasks import prepared
+
+    fused = prepared(model)
+    return fused, PlanRPrograms("llvm", num_veu=2, **options)(fused)
+
+
+@pytest.mark.parametrize("use_db", [False, True], ids=["default", "tuned"])
+def test_matmul_and_conv_get_variants_with_distinct_rtask_counts(tuned, use_db):
+    from tvm_rtask.core import Plan
+    from tvm_rtask.relax_passes import PLAN_ATTR
+    from tvm_rtask.relax_passes.plan import kernel_function
+    from tvm_rtask.tir.cpu_tuned import TUNED_ATTR
+
+    fused, mod = _planned(tuned["model"], **({"db": tuned["db"]} if use_db else {}))
+    plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]))
+    rng = np.random.default_rng(2)
+    for op in plan.graph.ops:
+        if op.func not in TUNED_OPS:
+            continue
+        counts = [k.num_rtasks for k in op.rkernels]
+        assert len(counts) >= 2 and len(set(counts)) == len(counts), (op.name, counts)
+        # each variant is the function the lowering will inline, and computes the operator
+        args = [
+            rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+            for p in fused[op.func].params
+        ]
+        expected = _call(fused[op.func], args)
+        for kernel in op.rkernels:
+            func = mod[kernel_function(mod, op.func, kernel.name)]
+            assert int(func.attrs["rtask.num_rtasks"]) == kernel.num_rtasks
+            assert (TUNED_ATTR in func.attrs) == use_db
+            np.testing.assert_allclose(_call(func, args), expected, rtol=1e-4, atol=1e-4)
+
+
+def _call(func, args) -> np.ndarray:
+    """Run a PrimFunc stand-alone (its chunk loop runs every rTask); the last arg is the output."""
+    import tvm
+
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), "llvm")
+    tensors = [tvm.runtime.tensor(a) for a in args]
+    tensors[-1] = tvm.runtime.empty(args[-1].shape, "float32", tvm.cpu())
+    lib["main"](*tensors)
+    return tensors[-1].numpy()
+
+
+def test_rpc_tracker_and_server_on_loopback(tmp_path, tuned):
+    from tvm.rpc.server import Server
+    from tvm.rpc.tracker import Tracker
+
+    tracker = Tracker("127.0.0.1", port=9190, port_end=9290, silent=True)
+    server = Server(
+        host="127.0.0.1",
+        port=9300,
+        port_end=9400,
+        key="rtask-test",
+        silent=True,
+        tracker_addr=("127.0.0.1", tracker.port),
+    )
+    try:
+        db = str(tmp_path / "db")
+        from tvm_rtask.tuning import tune
+
+        report = tune(
+            tuned["model"],
+            "llvm",
+            db,
+            trials=2,
+            num_trials_per_iter=1,
+            num_cores=2,
+            rpc=f"127.0.0.1:{tracker.port}:rtask-test",
+            progress=False,
+            out=io.StringIO(),
+        )
+    finally:
+        server.terminate()
+        tracker.terminate()
+    assert report.trials_run == 2
+    # measured on the server: every tuned operator has a record that built and ran
+    assert all(n >= 1 for n in _record_counts(tuned["model"], db).values())

@@ -1,0 +1,58 @@
+"""Read tuned schedules back: the best records of each operator, as PrimFuncs.
+
+``PlanRPrograms(db=...)`` asks :class:`TunedKernels` for an operator's tuned PrimFuncs and
+makes its rKernels from them. Several records are kept, not only the best: records whose
+outer parallel loops differ give rKernels with different rTask counts, each with its
+measured time (Rammer's fastest and most efficient kernels).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tvm import s_tir, tirx
+
+from ..errors import OptionError
+from ..tir.cpu_tuned import TUNED_ATTR
+from .database import mean_secs, open_database, valid_records
+from .tasks import task_module
+
+
+@dataclass
+class TunedSchedule:
+    """A tuned PrimFunc and what its record says: time of one call and the tuning cores."""
+
+    func: tirx.PrimFunc
+    us: float
+    cores: int
+
+
+class TunedKernels:
+    """The tuning records of a work directory, looked up by PrimFunc."""
+
+    def __init__(self, work_dir: str | os.PathLike, top_k: int = 8) -> None:
+        if not os.path.isdir(work_dir):
+            raise OptionError(f"db={os.fspath(work_dir)!r}: no such tuning work directory")
+        self.database = open_database(work_dir)
+        self.top_k = top_k
+
+    def schedules(self, func: tirx.PrimFunc) -> list[TunedSchedule]:
+        """Tuned versions of ``func``, fastest first (empty when it was never tuned)."""
+        mod = task_module(func)
+        out = []
+        for record in valid_records(self.database, mod, self.top_k):
+            sch = s_tir.Schedule(record.workload.mod)
+            record.trace.apply_to_schedule(sch, remove_postproc=False)
+            tuned = sch.mod["main"].without_attr("global_symbol").with_attr(TUNED_ATTR, True)
+            cores = int(record.target.attrs.get("num-cores", 1)) if record.target else 1
+            out.append(TunedSchedule(tuned, 1e6 * mean_secs(record), cores))
+        return out
+
+    def best(self, func: tirx.PrimFunc) -> tirx.PrimFunc | None:
+        found = self.schedules(func)[:1]
+        return found[0].func if found else None
+
+
+def load_tuned(work_dir: str | os.PathLike, top_k: int = 8) -> TunedKernels:
+    return TunedKernels(work_dir, top_k)

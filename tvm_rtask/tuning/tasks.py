@@ -1,0 +1,98 @@
+"""Tuning tasks: the distinct fused PrimFuncs of a model, as MetaSchedule workloads.
+
+A task is keyed by the structural hash of its PrimFunc, so an operator used by several
+bindings (or several models) is tuned once. ``task_module`` is the single place that turns a
+PrimFunc into the IRModule MetaSchedule hashes: tuning and lookup must build it the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+
+from ..relax_passes.dataflow import as_tir_call, main_dataflow
+from ..tir.analysis import estimate_flops
+
+# MetaSchedule's builder only exports functions with a global symbol (a private PrimFunc from
+# FuseTIR has none, and the build fails in a later pass): the task module names it "main".
+TASK_SYMBOL = "main"
+
+
+@dataclass
+class TuningTask:
+    """One distinct operator: its PrimFunc, how often ``main`` calls it, and its FLOPs."""
+
+    name: str
+    func: tirx.PrimFunc
+    calls: int
+    flops: float
+
+    @property
+    def key(self) -> str:
+        return workload_key(self.func)
+
+
+def task_module(func: tirx.PrimFunc) -> tvm.IRModule:
+    """The IRModule MetaSchedule tunes and looks up for ``func`` (one ``main`` with a symbol)."""
+    return tvm.IRModule({TASK_SYMBOL: func.with_attr("global_symbol", TASK_SYMBOL)})
+
+
+def workload_key(func: tirx.PrimFunc) -> str:
+    """A stable text key of the workload (MetaSchedule's structural hash, in hex)."""
+    return f"{tvm_ffi.structural_hash(task_module(func)) & (2**64 - 1):016x}"
+
+
+def has_reduction(func: tirx.PrimFunc) -> bool:
+    """True when some block reduces: matmul, conv, pooling, softmax. Purely injective
+    operators (reshape, add) gain little from tuning and are left to the defaults."""
+    found = [False]
+
+    def visit(node):
+        if isinstance(node, s_tir.SBlock) and any(
+            int(iv.iter_type) == tirx.IterVar.CommReduce for iv in node.iter_vars
+        ):
+            found[0] = True
+
+    tvm_ffi.structural_walk(func.body, visit)
+    return found[0]
+
+
+def extract_tasks(mod: tvm.IRModule, include_injective: bool = False) -> list[TuningTask]:
+    """The distinct PrimFuncs that ``main``'s dataflow block calls, in first-call order.
+
+    ``mod`` is the fused module the rTask pipeline plans (``RTaskPrepare``'s output), so the
+    keys match what ``PlanRPrograms`` looks up.
+    """
+    found = main_dataflow(mod["main"])
+    if found is None:
+        return []
+    tasks: dict[str, TuningTask] = {}
+    for binding in found[1].bindings:
+        call = as_tir_call(binding.value)
+        if call is None or call.has_tir_vars:
+            continue
+        func = mod[call.gvar]
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        if not include_injective and not has_reduction(func):
+            continue
+        key = workload_key(func)
+        if key in tasks:
+            tasks[key].calls += 1
+        else:
+            tasks[key] = TuningTask(call.gvar.name_hint, func, 1, estimate_flops(func))
+    return list(tasks.values())
+
+
+def prepared(mod, fusion: str | None = None) -> tvm.IRModule:
+    """``mod`` (ONNX path, ModelProto or Relax module) after the rTask pipeline's preparation."""
+    from .. import frontend
+    from ..relax_passes import RTaskPrepare
+
+    return RTaskPrepare(fusion)(frontend.load(mod))
+
+
+__all__ = ["TuningTask", "extract_tasks", "has_reduction", "prepared", "task_module"]
