@@ -266,3 +266,27 @@ def test_rpc_tracker_and_server_on_loopback(tmp_path, tuned):
     assert report.trials_run == 2
     # measured on the server: every tuned operator has a record that built and ran
     assert all(n >= 1 for n in _record_counts(tuned["model"], db).values())
+
+
+def test_torn_database_line_is_dropped(tmp_path):
+    from tvm_rtask.tuning.database import repair
+
+    records = tmp_path / "database_tuning_record.json"
+    records.write_text("[0, [1]]\n[0, [2]]\n[0, [3")  # a write cut short by SIGKILL
+    assert repair(tmp_path) == 1
+    assert records.read_text() == "[0, [1]]\n[0, [2]]\n"
+    assert repair(tmp_path) == 0
+
+
+def test_bad_budgets_and_rpc_addresses_are_refused():
+    from tvm_rtask.errors import OptionError
+    from tvm_rtask.tuning import RPCSettings, tune
+
+    assert RPCSettings.parse("10.0.0.1:9190:cpu") == RPCSettings("10.0.0.1", 9190, "cpu")
+    for text in ("10.0.0.1:cpu", "host:port:key", ":9190:cpu"):
+        with pytest.raises(OptionError, match="HOST:PORT:KEY"):
+            RPCSettings.parse(text)
+    with pytest.raises(OptionError, match="budget"):
+        tune("unused.onnx", trials=None, seconds=None)
+    with pytest.raises(OptionError, match="trials"):
+        tune("unused.onnx", trials=0)

@@ -200,13 +200,25 @@ def _cuda_rkernels(
     return rkernels_for
 
 
-def _tuned_kernels(db: str | None):
-    """The tuning records of work directory ``db`` (MetaSchedule is imported only then)."""
+def _tuned_kernels(db: str | None, kind: str):
+    """The ``kind`` tuning records of work directory ``db`` (MetaSchedule is imported only
+    then)."""
     if db is None:
         return None
     from ..tuning.apply import load_tuned
 
-    return load_tuned(db)
+    return load_tuned(db, kind)
+
+
+def _apply_tuned(mod: tvm.IRModule, tuned) -> tvm.IRModule:
+    """Each PrimFunc with a record replaced by its best schedule, marked scheduled so dlight
+    leaves it alone (cuda; not verified on a GPU yet)."""
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, tvm.tirx.PrimFunc):
+            best = tuned.best(func)
+            if best is not None:
+                mod[gvar] = best.with_attr("tirx.is_scheduled", True)
+    return mod
 
 
 def _schedule_all(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
@@ -239,6 +251,9 @@ class PlanRPrograms:
                 for gv, f in mod.functions.items()
                 if isinstance(f, tvm.tirx.PrimFunc)
             }
+            tuned = _tuned_kernels(options.db, "cuda")
+            if tuned is not None:
+                mod = _apply_tuned(mod, tuned)
             mod = _schedule_all(mod, schedule_target)
             shared: list[int] = []
             spec = get_spec(options.device or ARCH_SPECS.get(str(target.arch), "h100"))
@@ -256,7 +271,7 @@ class PlanRPrograms:
             )
         else:
             vdevice = cpu_vdevice(options)
-            tuned = _tuned_kernels(options.db)
+            tuned = _tuned_kernels(options.db, "llvm")
             extracted = extract_graph(mod, _cpu_rkernels(mod, vdevice, options, tuned))
         graph = RGraph(extracted.operators)
         policy_options = {}

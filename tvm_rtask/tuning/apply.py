@@ -31,10 +31,11 @@ class TunedSchedule:
 class TunedKernels:
     """The tuning records of a work directory, looked up by PrimFunc."""
 
-    def __init__(self, work_dir: str | os.PathLike, top_k: int = 8) -> None:
+    def __init__(self, work_dir: str | os.PathLike, kind: str = "llvm", top_k: int = 8) -> None:
         if not os.path.isdir(work_dir):
             raise OptionError(f"db={os.fspath(work_dir)!r}: no such tuning work directory")
         self.database = open_database(work_dir)
+        self.kind = kind
         self.top_k = top_k
 
     def schedules(self, func: tirx.PrimFunc) -> list[TunedSchedule]:
@@ -42,10 +43,13 @@ class TunedKernels:
         mod = task_module(func)
         out = []
         for record in valid_records(self.database, mod, self.top_k):
+            # MetaSchedule keys workloads without the target: skip another target's records
+            if record.target is None or record.target.kind.name != self.kind:
+                continue
             sch = s_tir.Schedule(record.workload.mod)
             record.trace.apply_to_schedule(sch, remove_postproc=False)
             tuned = sch.mod["main"].without_attr("global_symbol").with_attr(TUNED_ATTR, True)
-            cores = int(record.target.attrs.get("num-cores", 1)) if record.target else 1
+            cores = int(record.target.attrs.get("num-cores", 1))
             out.append(TunedSchedule(tuned, 1e6 * mean_secs(record), cores))
         return out
 
@@ -54,5 +58,5 @@ class TunedKernels:
         return found[0].func if found else None
 
 
-def load_tuned(work_dir: str | os.PathLike, top_k: int = 8) -> TunedKernels:
-    return TunedKernels(work_dir, top_k)
+def load_tuned(work_dir: str | os.PathLike, kind: str = "llvm", top_k: int = 8) -> TunedKernels:
+    return TunedKernels(work_dir, kind, top_k)
