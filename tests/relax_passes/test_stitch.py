@@ -21,7 +21,7 @@ from tvm_rtask.relax_passes import extract_graph, prepare_pipeline
 from tvm_rtask.relax_passes.stitch import StitchFusion, plan_groups, realise
 from tvm_rtask.relax_passes.stitch_graph import COMPUTE, LIGHT, REDUCE, OpGraph
 from tvm_rtask.relax_passes.stitch_ilp import find_cycles, greedy_select, ilp_select
-from tvm_rtask.relax_passes.stitch_patterns import Pattern, is_valid, score
+from tvm_rtask.relax_passes.stitch_patterns import Limits, Pattern, is_valid
 from tvm_rtask.testing.run import run_executable
 
 from .test_fuse import Softmaxish, TwoBranches
@@ -102,10 +102,10 @@ def test_fusing_a_join_into_one_branch_is_refused():
     """FuseOps' choice {matmul a, add}: matmul b would now precede matmul a."""
     graph = OpGraph(_prepared(TwoBranches))
     a, b, add, _ = range(4)
-    assert not is_valid(graph, {a, add}, 8)
+    assert not is_valid(graph, {a, add}, Limits())
     with pytest.raises(AssertionError):
         assert_no_new_dependency(graph, [frozenset({a, add})])
-    assert is_valid(graph, {a, b, add}, 8)  # both branches side by side: allowed
+    assert is_valid(graph, {a, b, add}, Limits())  # both branches side by side: allowed
     assert_no_new_dependency(graph, [frozenset({a, b, add})])
 
 
@@ -145,10 +145,10 @@ def test_ilp_loop_repairs_a_cycle_that_greedy_makes():
     index = {n.name: n.index for n in graph.nodes}
     p1 = frozenset({index["u1"], index["v1"]})
     p2 = frozenset({index["u2"], index["v2"]})
-    spec = tvm_rtask.core.get_spec("cpu")
-    # Each pattern is fine on its own: convex, no independent operators ordered.
-    assert is_valid(graph, p1, 8) and is_valid(graph, p2, 8)
-    candidates = [Pattern(p, score(graph, p, spec), "crafted") for p in (p1, p2)]
+    # Each pattern is fine on its own: convex, no independent operators ordered. (Scores
+    # are set by hand: the cost model charges side-by-side packs as ordinary calls.)
+    assert is_valid(graph, p1, Limits()) and is_valid(graph, p2, Limits())
+    candidates = [Pattern(p, 1.0, "crafted") for p in (p1, p2)]
     greedy = greedy_select(candidates)
     assert len(greedy) == 2 and find_cycles(graph, greedy)  # P1 -> P2 -> P1
     selection = ilp_select(graph, candidates)

@@ -5,6 +5,8 @@ from .fuse import FuseKeepingWaves, prepare_pipeline
 from .lower import LowerRPrograms
 from .pipeline import RTaskPrepare, rtask_pipeline
 from .plan import PLAN_ATTR, PlanRPrograms, as_target
+from .stitch import StitchFusion
+from .stitch_patterns import Limits as StitchLimits
 
 __all__ = [
     "PLAN_ATTR",
@@ -13,6 +15,8 @@ __all__ = [
     "LowerRPrograms",
     "PlanRPrograms",
     "RTaskPrepare",
+    "StitchFusion",
+    "StitchLimits",
     "as_target",
     "extract_graph",
     "prepare_pipeline",

@@ -19,19 +19,20 @@ from ..core import get_spec
 from .dataflow import as_tir_call, handle, main_dataflow, replace_block
 from .stitch_graph import OpGraph
 from .stitch_ilp import Selection, fused_graph, ilp_select
-from .stitch_patterns import Pattern, candidate_patterns
+from .stitch_patterns import Limits, Pattern, candidate_patterns, outputs, to_mask
 
 
-def plan_groups(mod: tvm.IRModule, device: str = "cpu", **limits) -> tuple[OpGraph, Selection]:
-    """The operator graph of ``main`` and the chosen patterns (``limits``: max_size,
-    explore_size, pack, as in :func:`candidate_patterns`)."""
+def plan_groups(
+    mod: tvm.IRModule, device: str = "cpu", limits: Limits | None = None
+) -> tuple[OpGraph, Selection]:
+    """The operator graph of ``main`` and the chosen patterns."""
     graph = OpGraph(mod)
-    patterns = candidate_patterns(graph, get_spec(device), **limits)
+    patterns = candidate_patterns(graph, get_spec(device), limits)
     return graph, ilp_select(graph, patterns)
 
 
-def _group_function(block: relax.DataflowBlock, members: list[int], outputs: list[int]):
-    """A ``Primitive`` Relax function computing ``outputs`` from the members' bindings, and
+def _group_function(block: relax.DataflowBlock, members: list[int], results: list[int]):
+    """A ``Primitive`` Relax function computing ``results`` from the members' bindings, and
     the arguments to call it with (the members' external inputs, constants included)."""
     local: dict[int, relax.Var] = {}
     params, args = [], []
@@ -47,13 +48,13 @@ def _group_function(block: relax.DataflowBlock, members: list[int], outputs: lis
                 params.append(local[key])
                 args.append(arg)
             new_args.append(local[key])
-        var_type = relax.Var if m in outputs else relax.DataflowVar
+        var_type = relax.Var if m in results else relax.DataflowVar
         var = var_type(binding.var.name, binding.var.ty)
         local[handle(binding.var)] = var
         value = relax.op.call_tir(call.gvar, relax.Tuple(new_args), call.out_ty)
         bindings.append(relax.VarBinding(var, value))
-    results = [local[handle(block.bindings[m].var)] for m in outputs]
-    result = results[0] if len(results) == 1 else relax.Tuple(results)
+    values = [local[handle(block.bindings[m].var)] for m in results]
+    result = values[0] if len(values) == 1 else relax.Tuple(values)
     body = relax.SeqExpr([relax.DataflowBlock(bindings)], result)
     func = relax.Function(params, body, result.ty).with_attr("Primitive", True)
     return func, args
@@ -78,23 +79,19 @@ def realise(mod: tvm.IRModule, graph: OpGraph, chosen: list[Pattern]) -> tvm.IRM
     group_bindings: dict[tuple, list[relax.Binding]] = {}
     for i, pattern in enumerate(chosen):
         members = sorted(pattern.nodes)
-        outputs = [
-            m
-            for m in members
-            if graph.nodes[m].escaping or any(s not in pattern.nodes for s in graph.nodes[m].succs)
-        ]
-        func, args = _group_function(block, members, outputs)
+        results = outputs(graph, members, to_mask(members))
+        func, args = _group_function(block, members, results)
         gvar = builder.add_func(func, _group_name(block, members))
         call = relax.Call(gvar, args)
-        if len(outputs) == 1:
-            out = block.bindings[outputs[0]].var
+        if len(results) == 1:
+            out = block.bindings[results[0]].var
             group_bindings[("p", i)] = [relax.VarBinding(out, call)]
             continue
-        ty = relax.TupleType([block.bindings[m].var.ty for m in outputs])
+        ty = relax.TupleType([block.bindings[m].var.ty for m in results])
         packed = relax.DataflowVar(f"{_group_name(block, members)}_out", ty)
         items = [
             relax.VarBinding(block.bindings[m].var, relax.TupleGetItem(packed, k))
-            for k, m in enumerate(outputs)
+            for k, m in enumerate(results)
         ]
         group_bindings[("p", i)] = [relax.VarBinding(packed, call), *items]
     fused = fused_graph(graph, chosen)
@@ -122,14 +119,14 @@ class StitchFusion:
     device table entry whose launch overhead and bandwidth score the patterns.
     """
 
-    def __init__(self, device: str = "cpu", **limits) -> None:
+    def __init__(self, device: str = "cpu", limits: Limits | None = None) -> None:
         self.device = device
         self.limits = limits
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         if main_dataflow(mod["main"]) is None:
             return mod
-        graph, selection = plan_groups(mod, self.device, **self.limits)
+        graph, selection = plan_groups(mod, self.device, self.limits)
         if not selection.patterns:
             return mod
         mod = realise(mod, graph, selection.patterns)

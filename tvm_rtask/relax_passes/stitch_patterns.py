@@ -27,6 +27,23 @@ from itertools import combinations
 from ..core import DeviceSpec
 from .stitch_graph import COMPUTE, REDUCE, OpGraph
 
+ORDINARY_LAUNCHES = 2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of the search: pattern size, results per kernel, exploration depth, pack width.
+
+    ``max_outputs`` matters beyond cost: a kernel with several results used outside is a
+    multi-output ``call_tir``, which the planner keeps as an ordinary call between rPrograms
+    (see docs/fusion.md).
+    """
+
+    max_size: int = 48
+    max_outputs: int = 8
+    explore_size: int = 3
+    pack: int = 8
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -97,10 +114,20 @@ def no_new_dependency(g: OpGraph, members: list[int], mask: int) -> bool:
     return True
 
 
-def is_valid(g: OpGraph, members, max_size: int) -> bool:
-    """Whether ``members`` can become one kernel (see the module docstring)."""
+def outputs(g: OpGraph, members, mask: int) -> list[int]:
+    """Members whose result is read outside the group (or leaves the dataflow block)."""
+    return [
+        m
+        for m in members
+        if g.nodes[m].escaping or any(not (mask >> s) & 1 for s in g.nodes[m].succs)
+    ]
+
+
+def is_valid(g: OpGraph, members, limits: Limits, final: bool = True) -> bool:
+    """Whether ``members`` can become one kernel (see the module docstring); ``final=False``
+    skips the output count, for regions still growing towards their consumers."""
     members = sorted(members)
-    if not members or len(members) > max_size:
+    if not members or len(members) > limits.max_size:
         return False
     nodes = [g.nodes[m] for m in members]
     if not all(n.fusable for n in nodes):
@@ -108,6 +135,8 @@ def is_valid(g: OpGraph, members, max_size: int) -> bool:
     if len(members) == 1:
         return True
     mask = to_mask(members)
+    if final and len(outputs(g, members, mask)) > limits.max_outputs:
+        return False
     computes = [n for n in nodes if n.kind == COMPUTE]
     if len({n.func for n in computes}) > 1:
         return False  # only identical GEMMs / convolutions side by side
@@ -131,7 +160,11 @@ def is_valid(g: OpGraph, members, max_size: int) -> bool:
 
 def score(g: OpGraph, members, spec: DeviceSpec) -> float:
     """Microseconds saved: launches of all but one member, plus memory traffic no longer
-    paid (intermediates neither written nor read back, shared inputs read once)."""
+    paid (intermediates neither written nor read back, shared inputs read once).
+
+    A multi-output kernel stays an ordinary call between rPrograms: it is charged
+    :data:`ORDINARY_LAUNCHES` launches (its own and the rProgram it splits).
+    """
     members = list(members)
     mask = to_mask(members)
     saved = 0
@@ -151,10 +184,13 @@ def score(g: OpGraph, members, spec: DeviceSpec) -> float:
                 reads[("node", p)] += 1
                 sizes[("node", p)] = g.nodes[p].out_bytes
     saved += sum((count - 1) * sizes[key] for key, count in reads.items())
-    return (len(members) - 1) * spec.launch_overhead_us + saved / (spec.bandwidth_gbs * 1e3)
+    launches = len(members) - 1
+    if len(outputs(g, members, mask)) > 1:
+        launches -= ORDINARY_LAUNCHES
+    return launches * spec.launch_overhead_us + saved / (spec.bandwidth_gbs * 1e3)
 
 
-def substitution_patterns(g: OpGraph, max_size: int) -> list[frozenset[int]]:
+def substitution_patterns(g: OpGraph, limits: Limits) -> list[frozenset[int]]:
     """Memory-bound regions grown in topological order, each alone and with its GEMM sources."""
     region_of: dict[int, int] = {}
     regions: dict[int, set[int]] = {}
@@ -163,10 +199,12 @@ def substitution_patterns(g: OpGraph, max_size: int) -> list[frozenset[int]]:
             continue
         joined = None
         for r in sorted({region_of[p] for p in node.preds if p in region_of}):
-            if joined is None and is_valid(g, regions[r] | {node.index}, max_size):
+            if joined is None and is_valid(g, regions[r] | {node.index}, limits, final=False):
                 regions[r].add(node.index)
                 joined = r
-            elif joined is not None and is_valid(g, regions[joined] | regions[r], max_size):
+            elif joined is not None and is_valid(
+                g, regions[joined] | regions[r], limits, final=False
+            ):
                 regions[joined] |= regions.pop(r)
             else:
                 continue
@@ -185,16 +223,18 @@ def substitution_patterns(g: OpGraph, max_size: int) -> list[frozenset[int]]:
                 if g.nodes[p].kind == COMPUTE:
                     producers.setdefault(g.nodes[p].func, set()).add(p)
         for sources in producers.values():
-            if is_valid(g, region | sources, max_size):
+            if is_valid(g, region | sources, limits, final=False):
                 found.append(frozenset(region | sources))
                 continue
             found.extend(
-                frozenset(region | {c}) for c in sources if is_valid(g, region | {c}, max_size)
+                frozenset(region | {c})
+                for c in sources
+                if is_valid(g, region | {c}, limits, final=False)
             )
     return found
 
 
-def exploratory_patterns(g: OpGraph, size: int, max_size: int) -> list[frozenset[int]]:
+def exploratory_patterns(g: OpGraph, limits: Limits) -> list[frozenset[int]]:
     """Every valid connected set of 2..``size`` operators (bounded exploratory fusion)."""
     seen: set[frozenset[int]] = set()
     found = []
@@ -202,7 +242,7 @@ def exploratory_patterns(g: OpGraph, size: int, max_size: int) -> list[frozenset
         if not node.fusable:
             continue
         frontier = [frozenset([node.index])]
-        for _ in range(size - 1):
+        for _ in range(limits.explore_size - 1):
             grown = []
             for group in frontier:
                 neighbours = {x for m in group for x in g.nodes[m].preds + g.nodes[m].succs}
@@ -211,14 +251,14 @@ def exploratory_patterns(g: OpGraph, size: int, max_size: int) -> list[frozenset
                     if candidate in seen:
                         continue
                     seen.add(candidate)
-                    if is_valid(g, candidate, max_size):
+                    if is_valid(g, candidate, limits, final=False):
                         grown.append(candidate)
             found.extend(grown)
             frontier = grown
     return found
 
 
-def horizontal_patterns(g: OpGraph, pack: int, max_size: int) -> list[frozenset[int]]:
+def horizontal_patterns(g: OpGraph, limits: Limits) -> list[frozenset[int]]:
     """Independent operators of one wave (and one callee, for compute-bound ones) packed."""
     buckets: dict[tuple, list[int]] = {}
     for node in g.nodes:
@@ -229,7 +269,9 @@ def horizontal_patterns(g: OpGraph, pack: int, max_size: int) -> list[frozenset[
     for members in buckets.values():
         current: list[int] = []
         for m in members:
-            if current and (len(current) >= pack or not is_valid(g, current + [m], max_size)):
+            if current and (
+                len(current) >= limits.pack or not is_valid(g, current + [m], limits, False)
+            ):
                 if len(current) > 1:
                     found.append(frozenset(current))
                 current = []
@@ -240,7 +282,7 @@ def horizontal_patterns(g: OpGraph, pack: int, max_size: int) -> list[frozenset[
 
 
 def stitched_packs(
-    g: OpGraph, packs: list[frozenset[int]], regions: list[frozenset[int]], max_size: int
+    g: OpGraph, packs: list[frozenset[int]], regions: list[frozenset[int]], limits: Limits
 ) -> list[frozenset[int]]:
     """Each horizontal pack united with the largest region around each of its members."""
     largest: dict[int, frozenset[int]] = {}
@@ -253,30 +295,29 @@ def stitched_packs(
         union = set(pack)
         for m in pack:
             union |= largest.get(m, frozenset())
-        if len(union) > len(pack) and is_valid(g, union, max_size):
+        if len(union) > len(pack) and is_valid(g, union, limits, final=False):
             found.append(frozenset(union))
     return found
 
 
-def candidate_patterns(
-    g: OpGraph,
-    spec: DeviceSpec,
-    max_size: int = 48,
-    explore_size: int = 3,
-    pack: int = 8,
-) -> list[Pattern]:
-    """All candidates of the three generators, de-duplicated, with their scores."""
-    regions = substitution_patterns(g, max_size)
-    packs = horizontal_patterns(g, pack, max_size)
+def candidate_patterns(g: OpGraph, spec: DeviceSpec, limits: Limits | None = None) -> list[Pattern]:
+    """All candidates of the three generators that are valid kernels, with their scores.
+
+    The generators work on structure alone; the output count is checked last, so that a
+    region may grow through operators whose results it only later consumes itself.
+    """
+    limits = limits or Limits()
+    regions = substitution_patterns(g, limits)
+    packs = horizontal_patterns(g, limits)
     generated = [
         ("substitution", regions),
         ("horizontal", packs),
-        ("stitched", stitched_packs(g, packs, regions, max_size)),
-        ("exploratory", exploratory_patterns(g, explore_size, max_size)),
+        ("stitched", stitched_packs(g, packs, regions, limits)),
+        ("exploratory", exploratory_patterns(g, limits)),
     ]
     patterns: dict[frozenset[int], Pattern] = {}
     for origin, groups in generated:
         for group in groups:
-            if len(group) > 1 and group not in patterns:
+            if len(group) > 1 and group not in patterns and is_valid(g, group, limits):
                 patterns[group] = Pattern(group, score(g, group, spec), origin)
     return list(patterns.values())
