@@ -174,11 +174,19 @@ def test_compile_uses_tuned_kernels_and_numerics_match(tuned):
 
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype("float32")
     (expected,) = ort.InferenceSession(tuned["model"]).run(None, {"x": x})
-    plain = _run(tvm_rtask.compile(tuned["model"], "llvm"), x)
-    with_db = _run(tvm_rtask.compile(tuned["model"], "llvm", db=tuned["db"]), x)
+    plain = _run(tvm_rtask.compile(tuned["model"], "llvm", num_veu=2), x)
+    with_db = _run(tvm_rtask.compile(tuned["model"], "llvm", num_veu=2, db=tuned["db"]), x)
+    # the default plan runs variants other than the first, so the numerics cover the
+    # lowering of a chosen variant too
+    default = tvm_rtask.plan(tuned["model"], "llvm", num_veu=2)
+    assert any(
+        program.kernel_of(op) != default.graph.op(op).rkernels[0].name
+        for program in default.programs()
+        for op in program.ops()
+    )
     np.testing.assert_allclose(with_db, expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(with_db, plain, rtol=1e-4, atol=1e-4)
-    plan = tvm_rtask.plan(tuned["model"], "llvm", db=tuned["db"])
+    plan = tvm_rtask.plan(tuned["model"], "llvm", num_veu=2, db=tuned["db"])
     for op in plan.graph.ops:
         measured = [k.est_us is not None for k in op.rkernels]
         assert all(measured) == any(name in op.func for name in TUNED_OPS), op.name

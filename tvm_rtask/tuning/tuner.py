@@ -181,10 +181,11 @@ def tune(
     """Tune the fused operators of ``mod`` (ONNX path or model, or Relax module) into
     ``work_dir``; print ``trials run: N, reused: M`` last.
 
-    ``trials`` is the budget of the whole model, shared evenly among operators still to
-    tune; ``seconds`` stops measuring once elapsed (the current batch finishes, unfinished
-    operators resume next run). ``rpc`` (``RPCSettings`` or ``"HOST:PORT:KEY"``) measures on
-    the servers of a TVM RPC tracker instead of this machine.
+    ``trials`` is the budget of the whole model, shared evenly among its operators (an
+    operator in the ledger is reused, one with records but not in it resumes). ``seconds``
+    stops measuring once elapsed (the current batch finishes, unfinished operators resume
+    next run). ``rpc`` (``RPCSettings`` or ``"HOST:PORT:KEY"``) measures on the servers of a
+    TVM RPC tracker instead of this machine.
     """
     if trials is None and seconds is None:
         raise OptionError("give a tuning budget: trials, seconds, or both")
@@ -203,13 +204,8 @@ def tune(
     ledger = Ledger(work_dir) if os.path.isdir(work_dir) else None
     # Shared over all operators, finished or not, so a resumed run gives each the same budget.
     # A time budget alone still needs a trial count per operator for MetaSchedule.
-    budget_of = dict(
-        zip(
-            (t.key for t in tasks),
-            split_budget(trials if trials is not None else 1000 * len(tasks), tasks),
-            strict=True,
-        )
-    )
+    shares = split_budget(trials if trials is not None else 1000 * len(tasks), tasks)
+    budget_of = {t.key: n for t, n in zip(tasks, shares, strict=True)}
     todo = [t for t in tasks if ledger is None or not ledger.done(t.key, kind)]
     report = TuneReport(reused=len(tasks) - len(todo))
     database = open_database(work_dir)
@@ -234,17 +230,22 @@ def tune(
                 report.tuned.append(task.name)
             else:
                 report.reused += 1  # all its trials were measured before a kill
-            best = valid_records(database, task_module(task.func), 1)
-            best_us = 1e6 * mean_secs(best[0]) if best else None
-            if best_us is not None:
-                report.best_us[task.name] = best_us
-            ledger.finish(task.key, kind, name=task.name, trials=done, best_us=best_us)
+            _finish(task, done, database, ledger, kind, report)
             bar.update(1)
     finally:
         bar.close()
     report.seconds = time.monotonic() - start
     print(report.summary(), file=out or sys.stdout, flush=True)
     return report
+
+
+def _finish(task: TuningTask, trials: int, database, ledger: Ledger, kind: str, report) -> None:
+    """Enter a task that used its budget in the ledger, with its best time."""
+    best = valid_records(database, task_module(task.func), 1)
+    best_us = 1e6 * mean_secs(best[0]) if best else None
+    if best_us is not None:
+        report.best_us[task.name] = best_us
+    ledger.finish(task.key, kind, name=task.name, trials=trials, best_us=best_us)
 
 
 def _add_trials(report: TuneReport, bar, n: int) -> None:
