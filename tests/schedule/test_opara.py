@@ -66,3 +66,17 @@ def test_unsupported_ops_split_programs():
     g = RGraph([op("a", ["x"]), op("e", ["a"], supported=False), op("b", ["e"])])
     kinds = [type(s).__name__ for s in make_plan(g, VDevice.cpu(2), "opara").steps]
     assert kinds == ["RProgram", "OrdinaryCall", "RProgram"]
+
+
+def test_streams_simulation_overlaps_independent_branches():
+    from tests.core.graphs import inception
+    from tvm_rtask.schedule.simulate import ideal_us
+    from tvm_rtask.schedule.streams import simulate_streams
+
+    graph, vd, cost = inception(), VDevice.cpu(8), AnalyticalCostModel()
+    t = simulate_streams(graph, vd, cost)
+    assert t.launches == len(graph) and t.streams > 1
+    for o in graph:  # an operator never starts before its predecessors end
+        assert all(t.start_us[o.name] >= t.end_us[p] for p in graph.preds(o.name))
+    serial = sum(cost.launch_us(vd) + cost.kernel_us(o, cost.fastest(o, vd), vd) for o in graph)
+    assert ideal_us(graph, vd, cost) <= t.total_us < serial
