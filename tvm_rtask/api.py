@@ -6,7 +6,7 @@ import tvm
 
 from . import frontend
 from .core import Plan
-from .errors import run_keeping_errors
+from .errors import PlanError, run_keeping_errors
 from .relax_passes import PLAN_ATTR, PlanRPrograms, RTaskPrepare, as_target, rtask_pipeline
 from .relax_passes.ios_merge import IOSOperatorMerge
 from .runtime import native, threads
@@ -59,11 +59,26 @@ def compile_with_plan(
     mod, target="llvm", policy: str | None = None, barrier: str | None = None, **options
 ):
     """:func:`compile`, also returning the Plan it compiled (no second planning run)."""
-    mod = frontend.load(mod)
     tvm_target = as_target(target)
+    return build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
+
+
+def lower(
+    mod, target="llvm", policy: str | None = None, barrier: str | None = None, **options
+) -> tvm.IRModule:
+    """The module after :func:`rtask_pipeline`: ``main`` calls one persistent PrimFunc per
+    rProgram; the plan is in the module attribute ``rtask.plan``. :func:`build` finishes it."""
+    mod = frontend.load(mod)
     native.load()
     opts = _options(policy, barrier, options)
-    lowered = run_keeping_errors(rtask_pipeline(tvm_target, **opts), mod)
+    return run_keeping_errors(rtask_pipeline(as_target(target), **opts), mod)
+
+
+def build(lowered: tvm.IRModule, target="llvm"):
+    """Build a module from :func:`lower` for ``target``: ``(executable, plan)``."""
+    tvm_target = as_target(target)
+    if lowered.attrs is None or PLAN_ATTR not in lowered.attrs:
+        raise PlanError("build needs a module from tvm_rtask.lower (it has no rtask.plan)")
     # (the plan's options are resolved: keywords, then rtask.* PassContext keys, then defaults)
     planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True)
     if tvm_target.kind.name == "cuda":

@@ -52,18 +52,17 @@ def _nvcc(source: str, arch: str, tmp_path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-def _check(name, arch, tmp_path):
-    model = load_light_model(name)
-    plan = tvm_rtask.plan(model, _target(arch))
+def _check(model, arch, tmp_path):
+    # one pipeline run: lower, then build what it lowered (compile() is exactly these two)
+    lowered = tvm_rtask.lower(model, _target(arch), verify_occupancy=False)
+    ex, plan = tvm_rtask.build(lowered, _target(arch))
     report = plan.report()
     assert report["veus"] <= report["capacity"]
-    ex = tvm_rtask.compile(model, _target(arch), verify_occupancy=False)
     source = _cuda_source(ex)
     kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source))
     programs = {k for k in kernels if k.startswith("rprogram_")}
     # One launch per rProgram: main calls one persistent kernel per rProgram (identical
     # rPrograms, e.g. repeated ShuffleNet units, share one kernel and differ by their tables).
-    lowered = tvm_rtask.rtask_pipeline(_target(arch))(tvm_rtask.frontend.load(model))
     calls = re.findall(r"R\.call_tir\((rprogram_\d+)", lowered["main"].script())
     assert len(calls) == report["rprograms"]
     assert {f"{c}_kernel" for c in calls} == programs
@@ -87,7 +86,7 @@ def _check(name, arch, tmp_path):
 def test_light_model_cuda_source_compiles(name, arch, tmp_path):
     if not NVCC:
         pytest.skip("nvcc not found: structural checks ran, the nvcc compile did not")
-    _check(name, arch, tmp_path)
+    _check(load_light_model(name), arch, tmp_path)
 
 
 @pytest.mark.slow
@@ -95,7 +94,7 @@ def test_light_model_cuda_source_compiles(name, arch, tmp_path):
 def test_slow_light_model_cuda_source_compiles(name, arch, tmp_path):
     if not NVCC:
         pytest.skip("nvcc not found")
-    _check(name, arch, tmp_path)
+    _check(load_light_model(name), arch, tmp_path)
 
 
 def test_tasks_with_fewer_threads_are_guarded():
