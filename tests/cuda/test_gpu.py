@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 import tvm_rtask
+from tvm_rtask import models as zoo
 from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
 from tvm_rtask.testing.onnx_light import (
     LIGHT_MODELS,
@@ -44,6 +45,20 @@ def test_light_model_matches_tvm_default_cuda_build(name, policy):
     actual = run_executable(tvm_rtask.compile(mod, TARGET, policy=policy), inputs, dev)
     for a, e in zip(actual, reference, strict=True):
         assert relative_error(a, e) < 1e-4, (name, policy, relative_error(a, e))
+
+
+@pytest.mark.parametrize("name", zoo.names())
+def test_builtin_model_matches_tvm_default_cuda_build(name):
+    dev = tvm.cuda(0)
+    model = zoo.onnx_model(name)
+    inputs = zoo.sample_inputs(model)
+    mod = tvm_rtask.frontend.load(model)
+    reference = run_executable(
+        tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
+    )
+    actual = run_executable(tvm_rtask.compile(mod, TARGET), inputs, dev)
+    for a, e in zip(actual, reference, strict=True):
+        assert relative_error(a, e) < 1e-4, (name, relative_error(a, e))
 
 
 def test_thousand_replays_give_identical_results():
