@@ -135,9 +135,16 @@ def is_valid(g: OpGraph, members, limits: Limits, final: bool = True) -> bool:
     if len(members) == 1:
         return True
     mask = to_mask(members)
-    if final and len(outputs(g, members, mask)) > limits.max_outputs:
+    results = len(outputs(g, members, mask))
+    if final and results > limits.max_outputs:
         return False
     computes = [n for n in nodes if n.kind == COMPUTE]
+    if final and len(computes) > 1 and results == 1:
+        # A single-output kernel becomes an rKernel, and the CPU rKernel maker nests the
+        # second GEMM / pooling under the first one's chunk loop: rTasks then read each
+        # other's intermediates (wrong numbers on nasnet_cifar at num_veu=2). Several
+        # compute-bound sources stay in multi-output kernels, which run as ordinary calls.
+        return False
     if len({n.func for n in computes}) > 1:
         return False  # only identical GEMMs / convolutions side by side
     for c in computes:
