@@ -215,7 +215,8 @@ def tune(
     try:
         for index, task in enumerate(todo):
             budget = budget_of[task.key]
-            if deadline is not None and time.monotonic() >= deadline:
+            out_of_time = deadline is not None and time.monotonic() >= deadline
+            if budget == 0 or out_of_time:  # fewer trials than operators, or no time left
                 report.pending.append(task.name)
                 continue
             done = len(valid_records(database, task_module(task.func), budget))
