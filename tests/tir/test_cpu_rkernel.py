@@ -57,3 +57,26 @@ def test_rtask_count_bounded_by_spatial_extent_and_request():
     chunk = -(-spatial // 1000)
     assert kernel.num_rtasks == -(-spatial // chunk)
     assert make_cpu_rkernel(_fused_func(), 10**6).num_rtasks == spatial
+
+
+def _pool_and_join(second_pool: bool):
+    """avg_pool(a) joined with avg_pool(b) (two unrelated reductions) or with b itself."""
+    from tvm import te, topi
+
+    a = te.placeholder((1, 4, 8, 8), name="a")
+    b = te.placeholder((1, 4, 8, 8), name="b")
+    p1 = topi.nn.pool2d(a, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "avg", layout="NCHW")
+    other = b
+    if second_pool:
+        other = topi.nn.pool2d(b, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "avg", layout="NCHW")
+    out = te.compute(p1.shape, lambda *i: p1(*i) + other(*i), name="join")
+    return te.create_prim_func([a, b, out])
+
+
+def test_unrelated_reductions_are_not_cut_into_rtasks():
+    # the second pooling neither feeds nor follows the first: cutting along the first one's
+    # loop computed it over the wrong region per rTask (NASNet, FusionStitching groups)
+    kernel = make_cpu_rkernel(_pool_and_join(second_pool=True), 4)
+    assert kernel.num_rtasks == 1
+    assert CHUNK_ANNOTATION not in kernel.func.script()
+    assert make_cpu_rkernel(_pool_and_join(second_pool=False), 4).num_rtasks == 4

@@ -56,6 +56,8 @@ def _gather_under_anchor(sch: s_tir.Schedule) -> list | None:
         return None
     if len(blocks) == 1:
         return prefix
+    if not _linked_to_anchor(sch, blocks, anchor_index):
+        return None
     depth = len(prefix)
     for i, block in enumerate(blocks):
         if i == anchor_index:
@@ -71,6 +73,36 @@ def _gather_under_anchor(sch: s_tir.Schedule) -> list | None:
         else:
             return None
     return prefix[:depth]
+
+
+def _buffers(regions) -> set[int]:
+    return {r.source.__chandle__() for r in regions}
+
+
+def _linked_to_anchor(sch: s_tir.Schedule, blocks: list, anchor_index: int) -> bool:
+    """Whether every block after the anchor consumes (through the blocks before it) what the
+    anchor writes, and every block before it produces what the anchor (or a later producer)
+    reads.
+
+    ``compute_at`` / ``reverse_compute_at`` compute a moved block only over the region the
+    anchor's chunk needs or makes. A block unrelated to the anchor, e.g. a second pooling of
+    another input that a final add joins with the first, is still accepted by
+    ``reverse_compute_at`` but then computed per chunk over the wrong region: rTasks read
+    values other rTasks write (seen on NASNet with fused pooling branches). Such a kernel
+    stays one rTask.
+    """
+    stmts = [sch.get(b) for b in blocks]
+    made = _buffers(stmts[anchor_index].writes)
+    for stmt in stmts[anchor_index + 1 :]:
+        if not _buffers(stmt.reads) & made:
+            return False
+        made |= _buffers(stmt.writes)
+    needed = _buffers(stmts[anchor_index].reads)
+    for stmt in reversed(stmts[:anchor_index]):
+        if not _buffers(stmt.writes) & needed:
+            return False
+        needed |= _buffers(stmt.reads)
+    return True
 
 
 def make_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
