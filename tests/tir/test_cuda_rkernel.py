@@ -94,3 +94,15 @@ def test_allreduce_gets_the_bound_in_its_condition_not_a_block_predicate():
     ).script()
     allreduce = next(line for line in text.splitlines() if "tvm_thread_allreduce" in line)
     assert f"tid < T.int64({kernel.threads})" in allreduce
+
+
+def test_a_primfunc_scheduled_as_two_kernels_is_refused(scheduled):
+    from tvm import tirx
+
+    from tvm_rtask.errors import UnsupportedOperator
+
+    conv = next(f for n, f in scheduled.items() if "conv2d" in n)
+    twice = tirx.PrimFunc(conv.params, tirx.SeqStmt([conv.body, conv.body]), attrs=conv.attrs)
+    # two launches pass intermediates through global memory: one rTask body would race
+    with pytest.raises(UnsupportedOperator, match="2 kernels"):
+        make_cuda_rkernel(twice)

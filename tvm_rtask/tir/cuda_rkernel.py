@@ -131,6 +131,29 @@ def _extents(func: tirx.PrimFunc) -> tuple[dict[str, int], dict[str, int]]:
     return grid, block
 
 
+def _launch_count(func: tirx.PrimFunc) -> int:
+    """Kernels in ``func``: blockIdx-bound loop nests not inside another one.
+
+    dlight's fallback may schedule one PrimFunc as several kernels that pass intermediates
+    through global memory; run as one rTask body they would race (no grid-wide barrier
+    between them), so such a PrimFunc cannot be an rKernel.
+    """
+    loops = []
+    tvm_ffi.structural_walk(
+        func.body,
+        lambda n: loops.append(n) if isinstance(n, tirx.For) and _tag(n) in BLOCK_TAGS else None,
+    )
+    inner: set[int] = set()
+    for loop in loops:
+
+        def mark(n, outer=loop):
+            if isinstance(n, tirx.For) and _tag(n) in BLOCK_TAGS and not n.same_as(outer):
+                inner.add(n.__chandle__())
+
+        tvm_ffi.structural_walk(loop.body, mark)
+    return sum(1 for loop in loops if loop.__chandle__() not in inner)
+
+
 def _vars_in(expr) -> list:
     found: list = []
     tvm_ffi.structural_walk(expr, lambda v: found.append(v) if isinstance(v, tirx.Var) else None)
@@ -230,6 +253,11 @@ def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUD
     runs ``g`` consecutive blocks in a loop, so that planning and task tables stay
     proportional to the vEU count rather than to the grid size.
     """
+    launches = _launch_count(func)
+    if launches > 1:
+        raise UnsupportedOperator(
+            f"scheduled as {launches} kernels (intermediates in global memory)"
+        )
     cross_thread = _has_cross_thread_reduction(func)
     if cross_thread:
         func = _lower_cross_thread_reductions(func)
