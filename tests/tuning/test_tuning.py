@@ -278,11 +278,29 @@ def test_rpc_tracker_and_server_on_loopback(tmp_path):
     assert _record_counts(model, db) == {"matmul": 2}
 
 
+def test_compile_reads_a_torn_database_without_writing_it(tuned, tmp_path):
+    import shutil
+
+    from tvm_rtask.tuning import extract_tasks, load_tuned
+    from tvm_rtask.tuning.tasks import prepared
+
+    db = tmp_path / "db"
+    shutil.copytree(tuned["db"], db)
+    records = db / "database_tuning_record.json"
+    torn = records.read_text() + '[0, [[["GetSBlock"'  # a tuner is appending right now
+    records.write_text(torn)
+    kernels = load_tuned(db)
+    assert all(kernels.schedules(t.func) for t in extract_tasks(prepared(tuned["model"])))
+    assert records.read_text() == torn
+
+
 def test_torn_database_line_is_dropped(tmp_path):
     from tvm_rtask.tuning.database import repair
 
     records = tmp_path / "database_tuning_record.json"
     records.write_text("[0, [1]]\n[0, [2]]\n[0, [3")  # a write cut short by SIGKILL
+    assert repair(tmp_path, dry_run=True) == 1
+    assert records.read_text().endswith("[3")
     assert repair(tmp_path) == 1
     assert records.read_text() == "[0, [1]]\n[0, [2]]\n"
     assert repair(tmp_path) == 0

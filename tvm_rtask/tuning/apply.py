@@ -34,7 +34,7 @@ class TunedKernels:
     def __init__(self, work_dir: str | os.PathLike, kind: str = "llvm", top_k: int = 8) -> None:
         if not os.path.isdir(work_dir):
             raise OptionError(f"db={os.fspath(work_dir)!r}: no such tuning work directory")
-        self.database = open_database(work_dir)
+        self.database = open_database(work_dir, readonly=True)
         self.kind = kind
         self.top_k = top_k
 

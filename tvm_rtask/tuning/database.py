@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 FILES = ("database_workload.json", "database_tuning_record.json")
@@ -20,8 +22,9 @@ LEDGER = "rtask_tuning.json"
 FAILED_SECS = 1e9
 
 
-def repair(work_dir: str | os.PathLike) -> int:
-    """Drop torn or unparsable lines at the end of the database files; return how many."""
+def repair(work_dir: str | os.PathLike, dry_run: bool = False) -> int:
+    """Drop torn or unparsable lines at the end of the database files; return how many
+    (``dry_run``: only count them)."""
     dropped = 0
     for name in FILES:
         path = Path(work_dir, name)
@@ -32,9 +35,9 @@ def repair(work_dir: str | os.PathLike) -> int:
         while keep and not _valid(lines[keep - 1]):
             keep -= 1
         cut = sum(1 for line in lines[keep:] if line.strip())
-        if cut:
+        if cut and not dry_run:
             path.write_bytes(b"".join(line + b"\n" for line in lines[:keep]))
-            dropped += cut
+        dropped += cut
     return dropped
 
 
@@ -48,10 +51,22 @@ def _valid(line: bytes) -> bool:
     return True
 
 
-def open_database(work_dir: str | os.PathLike):
-    """MetaSchedule's JSON database in ``work_dir`` (created if missing, repaired first)."""
+def open_database(work_dir: str | os.PathLike, readonly: bool = False):
+    """MetaSchedule's JSON database in ``work_dir`` (created if missing, repaired first).
+
+    ``readonly`` (compile) never writes there: a tuner may be appending a line right now, so
+    a torn end is repaired in a temporary copy instead.
+    """
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
+    if readonly and repair(work_dir, dry_run=True):
+        # JSONDatabase reads its files when made; a read-only one never writes back.
+        with tempfile.TemporaryDirectory(prefix="rtask-db-") as copy:
+            for name in FILES:
+                if Path(work_dir, name).exists():
+                    shutil.copy(Path(work_dir, name), Path(copy, name))
+            repair(copy)
+            return JSONDatabase(work_dir=copy)
     os.makedirs(work_dir, exist_ok=True)
     repair(work_dir)
     return JSONDatabase(work_dir=os.fspath(work_dir))
