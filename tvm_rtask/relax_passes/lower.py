@@ -157,7 +157,10 @@ class LowerRPrograms:
             raise PlanError("LowerRPrograms needs a plan: run PlanRPrograms first")
         plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]), shared=True)
         extracted = extract_graph(mod)
-        if [op.name for op in extracted.operators] != [op.name for op in plan.graph.ops]:
+        # names, inputs and outputs: a tensor named differently by the two extractions would
+        # bind the wrong Relax value to a kernel argument (seen with constants once)
+        signature = [(op.name, op.inputs, op.outputs) for op in extracted.operators]
+        if signature != [(op.name, op.inputs, op.outputs) for op in plan.graph.ops]:
             raise PlanError("the module changed between PlanRPrograms and LowerRPrograms")
         consumers: dict[str, set[str]] = {}
         for op in plan.graph.ops:
@@ -168,6 +171,7 @@ class LowerRPrograms:
         for k, step in enumerate(plan.steps):
             if isinstance(step, OrdinaryCall):
                 bindings.append(extracted.bindings[step.op])
+                bindings += extracted.unpacked.get(step.op, [])
             else:
                 bindings += _lower_program(k, step, plan, mod, extracted, consumers, builder)
         mod = builder.get()
