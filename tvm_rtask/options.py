@@ -30,7 +30,8 @@ class RTaskOptions:
     device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
     check_status: bool = True  # CUDA: main checks the barrier status words after the programs
     verify_occupancy: bool = True  # CUDA: ptxas -v registers must let all vEUs be co-resident
-    max_ops_per_program: int | None = None  # wavefront: cap (None: 64; 0: none)
+    max_ops_per_program: int | None = None  # wavefront: cap (None: 64 on llvm; 0: none)
+    max_kernels_per_program: int | None = None  # wavefront: distinct kernels (None: 32 on cuda)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
     db: str | None = None  # MetaSchedule work directory whose tuned kernels replace the defaults
 
@@ -53,6 +54,13 @@ class RTaskOptions:
             raise OptionError(f"cuda_threads must be in 32..1024, not {self.cuda_threads!r}")
         if not isinstance(self.cuda_registers, int) or not 0 <= self.cuda_registers <= 255:
             raise OptionError(f"cuda_registers must be in 0..255, not {self.cuda_registers!r}")
+        if self.max_kernels_per_program is not None and (
+            not isinstance(self.max_kernels_per_program, int) or self.max_kernels_per_program < 0
+        ):
+            raise OptionError(
+                "max_kernels_per_program must be >= 0 (0: no limit), "
+                f"not {self.max_kernels_per_program!r}"
+            )
         if self.max_ops_per_program is not None and (
             not isinstance(self.max_ops_per_program, int) or self.max_ops_per_program < 0
         ):

@@ -165,3 +165,19 @@ def test_global_variant_starts_new_programs_only_at_ordinary_calls():
     kinds = [type(s).__name__ for s in make_plan(g, VDevice.cpu(4), "wavefront_global").steps]
     assert kinds == ["RProgram", "OrdinaryCall", "RProgram"]
     assert len(make_plan(chain(50), VDevice.cpu(4), "wavefront_global").programs()) == 1
+
+
+def test_kernel_cap_counts_distinct_kernels_not_operators():
+    # 40 operators in a chain, but only two distinct kernels (as in an unrolled RNN)
+    ops = [op(f"o{i}", [f"o{i - 1}"] if i else ["x"]) for i in range(40)]
+    for i, o in enumerate(ops):
+        o.func = f"cell_{i % 2}"
+    graph, vd, cost = RGraph(ops), VDevice.cpu(2), AnalyticalCostModel()
+    two = make_plan(graph, vd, "wavefront", cost=cost, max_kernels_per_program=2)
+    assert two.report()["rprograms"] == 1
+    for o in ops:
+        o.func = f"kernel_{o.name}"  # now every operator is a kernel of its own
+    capped = make_plan(RGraph(ops), vd, "wavefront", cost=cost, max_kernels_per_program=8)
+    assert capped.report()["rprograms"] == 5
+    for program in capped.programs():
+        assert len({capped.graph.op(n).func for n in program.ops()}) <= 8

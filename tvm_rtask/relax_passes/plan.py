@@ -26,11 +26,13 @@ VARIANT_INFIX = "_rk"
 # The CPU dispatcher inlines each rKernel once per vEU that runs it; LLVM's time grows faster
 # than linearly with the function, so wavefront rPrograms are capped on llvm.
 CPU_MAX_OPS_PER_PROGRAM = 64
-# On CUDA every rKernel body is emitted once per rProgram, but nvcc's time grows faster than
-# linearly with the persistent kernel: ResNet-50 (173 operators) took 39 s of nvcc in one
-# rProgram and 17 s in three (64 operators each), for 5 us more estimated latency (2020.8 us
-# -> 2025.8 us on an H100: two more launches). The cap keeps builds of large models bounded.
-CUDA_MAX_OPS_PER_PROGRAM = 64
+# On CUDA every distinct rKernel body is emitted once per rProgram, and nvcc's time grows
+# faster than linearly with the persistent kernel: ResNet-50 (173 operators) took 39 s of
+# nvcc in one rProgram and 17 s in three, for 5 us more estimated latency (2020.8 us ->
+# 2025.8 us on an H100: two more launches). Counting distinct kernels rather than operators
+# keeps models of many identical small operators (LSTM-TC: 19,960 operators, 10 kernels) in
+# one launch.
+CUDA_MAX_KERNELS_PER_PROGRAM = 32
 
 
 ARCH_SPECS = {"sm_70": "v100", "sm_80": "a100", "sm_90": "h100"}
@@ -285,13 +287,14 @@ class PlanRPrograms:
         policy_options = {}
         if options.policy in ("wavefront", "wavefront_global"):
             cap = options.max_ops_per_program
+            kernel_cap = options.max_kernels_per_program
+            cuda = target.kind.name == "cuda"
             if cap is None:
-                cap = (
-                    CUDA_MAX_OPS_PER_PROGRAM
-                    if target.kind.name == "cuda"
-                    else CPU_MAX_OPS_PER_PROGRAM
-                )
+                cap = 0 if cuda else CPU_MAX_OPS_PER_PROGRAM
+            if kernel_cap is None:
+                kernel_cap = CUDA_MAX_KERNELS_PER_PROGRAM if cuda else 0
             policy_options["max_ops_per_program"] = cap
+            policy_options["max_kernels_per_program"] = kernel_cap
         plan = make_plan(
             graph, vdevice, policy=options.policy, cost=AnalyticalCostModel(), **policy_options
         )

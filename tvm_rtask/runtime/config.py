@@ -57,6 +57,7 @@ CONFIG_OPTIONS: dict[str, str] = {
     "rtask.check_status": "bool",
     "rtask.verify_occupancy": "bool",
     "rtask.max_ops_per_program": "int",
+    "rtask.max_kernels_per_program": "int",
     "rtask.db": "str",
     "rtask.ios_merge": "bool",
 }
