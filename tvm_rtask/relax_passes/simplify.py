@@ -38,11 +38,11 @@ class RemoveInferenceDropout:
 class _ConstantCallFolder(relax.PyExprMutator):
     """Evaluates ``call_tir`` bindings whose tensor arguments are all constants."""
 
-    def __init__(self, mod: tvm.IRModule) -> None:
+    def __init__(self, mod: tvm.IRModule, library: tvm.runtime.Module | None) -> None:
         super().__init__(mod)
         self.mod = mod
         self.folded: dict[int, Constant] = {}
-        self.compiled: dict[str, tvm.runtime.Module] = {}
+        self.library = library
 
     def visit_var_(self, var: relax.Var) -> relax.Expr:
         return self.folded.get(handle(var), var)
@@ -67,13 +67,37 @@ class _ConstantCallFolder(relax.PyExprMutator):
         shape = static_shape(call.out_ty)
         if shape is None:
             return None
-        name = call.gvar.name_hint
-        if name not in self.compiled:
-            func = self.mod[call.gvar].with_attr("global_symbol", "main")
-            self.compiled[name] = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
+        if self.library is None:
+            return None
         out = tvm.runtime.empty(shape, call.out_ty.dtype, tvm.cpu())
-        self.compiled[name]["main"](*(a.value for a in call.args), out)
+        self.library[_symbol(call.gvar)](*(a.value for a in call.args), out)
         return relax.const(out)
+
+
+def _symbol(gvar: tvm.ir.GlobalVar) -> str:
+    return f"rtask_fold_{gvar.name_hint}"
+
+
+def _foldable_functions(mod: tvm.IRModule) -> list[tvm.ir.GlobalVar]:
+    """PrimFuncs that some ``call_tir`` reaches with only constants (or values that fold
+    before it) as arguments, so that one llvm build serves every fold."""
+    found: dict[str, tvm.ir.GlobalVar] = {}
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        constant: set[int] = set()
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                call = as_tir_call(binding.value)
+                if call is None or call.has_tir_vars or not call.args:
+                    continue
+                if all(
+                    isinstance(a, Constant) or (isinstance(a, relax.Var) and handle(a) in constant)
+                    for a in call.args
+                ) and isinstance(mod[call.gvar], tvm.tirx.PrimFunc):
+                    constant.add(handle(binding.var))
+                    found[call.gvar.name_hint] = call.gvar
+    return list(found.values())
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantCalls")
@@ -82,13 +106,18 @@ class FoldConstantCalls:
 
     Relax's ``FoldConstant`` builds a PrimFunc for every call site it folds; ONNX models
     apply the same ``expand_dims`` or ``reshape`` to hundreds of weights, so that took 30 s
-    on ShuffleNet. This pass builds each distinct PrimFunc once (llvm) and evaluates every
-    call of it; run ``FoldConstant`` after it for whatever else is foldable.
+    on ShuffleNet. This pass builds every PrimFunc it needs in one llvm module and evaluates
+    every call of it; run ``FoldConstant`` after it for whatever else is foldable.
     """
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         mod = _copy(mod)
-        folder = _ConstantCallFolder(mod)
+        gvars = _foldable_functions(mod)
+        library = None
+        if gvars:
+            funcs = {_symbol(g): mod[g].with_attr("global_symbol", _symbol(g)) for g in gvars}
+            library = tvm.compile(tvm.IRModule(funcs), target="llvm")  # one LLVM run for all
+        folder = _ConstantCallFolder(mod, library)
         for gvar, func in list(mod.functions.items()):
             if isinstance(func, relax.Function):
                 mod[gvar] = folder.visit_expr(func)
