@@ -258,7 +258,7 @@ class PlanRPrograms:
         target = as_target(self.target)
         # Work on a copy: rKernels replace or join functions, and a pass must leave its input
         # module as it was (planning one module under two policies must work).
-        mod = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+        mod = mod.clone()
         if target.kind.name == "cuda":
             schedule_target = cuda_schedule_target(target, options.cuda_threads)
             unscheduled = {

@@ -10,11 +10,6 @@ from tvm.relax.dpl import is_op, is_tuple_get_item, rewrite_call, wildcard
 from .dataflow import as_tir_call, handle, static_shape
 
 
-def _copy(mod: tvm.IRModule) -> tvm.IRModule:
-    """A shallow copy: a pass must leave the module it was given as it was."""
-    return tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
-
-
 @tvm.transform.module_pass(opt_level=0, name="RemoveInferenceDropout")
 class RemoveInferenceDropout:
     """``dropout(x)[0]`` is ``x`` at inference.
@@ -27,7 +22,7 @@ class RemoveInferenceDropout:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         data = wildcard()
         pattern = is_tuple_get_item(is_op("relax.nn.dropout")(data), 0)
-        mod = _copy(mod)
+        mod = mod.clone()  # a pass leaves the module it was given as it was
         for gvar, func in list(mod.functions.items()):
             if isinstance(func, relax.Function):
                 mod[gvar] = rewrite_call(pattern, lambda _, m: m[data], func)
@@ -111,7 +106,7 @@ class FoldConstantCalls:
     """
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        mod = _copy(mod)
+        mod = mod.clone()  # a pass leaves the module it was given as it was
         gvars = _foldable_functions(mod)
         library = None
         if gvars:
