@@ -59,6 +59,29 @@ def replace_block(
     return relax.Function(func.params, new_body, func.ret_ty, func.is_pure, func.attrs)
 
 
+def with_own_callees(
+    mod: tvm.IRModule, index: int, callees: dict[int, tuple[tvm.tirx.PrimFunc, str]]
+) -> tvm.IRModule:
+    """``mod`` whose ``call_tir`` bindings ``i`` of ``main``'s block ``index`` call a PrimFunc of
+    their own, ``callees[i] = (func, name hint)``: a change to one call site only (an op
+    pattern, a block annotation) without touching the other calls of the shared PrimFunc."""
+    if not callees:
+        return mod
+    builder = relax.BlockBuilder(mod)
+    bindings = list(mod["main"].body.blocks[index].bindings)
+    for i, (func, name) in sorted(callees.items()):
+        binding = bindings[i]
+        call = as_tir_call(binding.value)
+        gvar = builder.add_func(func, name)
+        value = relax.op.call_tir(gvar, relax.Tuple(call.args), call.out_ty)
+        bindings[i] = relax.VarBinding(binding.var, value)
+    mod = builder.get()
+    mod["main"] = replace_block(mod["main"], index, bindings)
+    # Without normalizing, FuseOps' BlockBuilder cannot find the rebuilt main in its
+    # de-duplication map and aborts (seen on ShuffleNet).
+    return relax.transform.Normalize()(mod)
+
+
 def handle(obj) -> int:
     """Identity of an FFI object (``==`` on Relax Vars is not identity)."""
     return obj.__chandle__()

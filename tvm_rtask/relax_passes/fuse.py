@@ -16,7 +16,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .dataflow import as_tir_call, handle, main_dataflow, replace_block
+from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stitch import StitchFusion
 
@@ -49,30 +49,17 @@ def _independent_joins(block: relax.DataflowBlock) -> set[int]:
 
 
 def _mark_joins_opaque(mod: tvm.IRModule) -> tvm.IRModule:
-    func = mod["main"]
-    found = main_dataflow(func)
+    found = main_dataflow(mod["main"])
     if found is None:
         return mod
     index, block = found
-    joins = _independent_joins(block)
-    if not joins:
-        return mod
-    bindings = list(block.bindings)
-    builder = relax.BlockBuilder(mod)
-    for i in sorted(joins):
-        binding = bindings[i]
-        call = as_tir_call(binding.value)
+    callees = {}
+    for i in sorted(_independent_joins(block)):
+        call = as_tir_call(block.bindings[i].value)
         prim = mod[call.gvar]
-        if int(prim.attrs.get("op_pattern", OPAQUE)) == OPAQUE:
-            continue
-        gvar = builder.add_func(prim.with_attr("op_pattern", OPAQUE), f"{call.gvar.name_hint}_join")
-        value = relax.op.call_tir(gvar, relax.Tuple(call.args), call.out_ty)
-        bindings[i] = relax.VarBinding(binding.var, value)
-    mod = builder.get()
-    mod["main"] = replace_block(func, index, bindings)
-    # Without normalizing, FuseOps' BlockBuilder cannot find the rebuilt main in its
-    # de-duplication map and aborts (seen on ShuffleNet).
-    return relax.transform.Normalize()(mod)
+        if int(prim.attrs.get("op_pattern", OPAQUE)) != OPAQUE:
+            callees[i] = (prim.with_attr("op_pattern", OPAQUE), f"{call.gvar.name_hint}_join")
+    return with_own_callees(mod, index, callees)
 
 
 @tvm.transform.module_pass(opt_level=0, name="FuseKeepingWaves")

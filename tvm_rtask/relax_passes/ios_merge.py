@@ -25,7 +25,7 @@ from ..options import resolve_options
 from ..schedule import AnalyticalCostModel, CostModel
 from ..schedule.ios import choose_merges
 from ..tir.tags import annotate_blocks, block_annotations
-from .dataflow import as_tir_call, main_dataflow, replace_block
+from .dataflow import as_tir_call, main_dataflow, with_own_callees
 from .merge_convs import MergeConvs, merge_candidates
 
 MERGE_TAG = "rtask_merge"
@@ -42,23 +42,17 @@ def _tag_candidates(mod: tvm.IRModule, candidates: dict[int, tuple[int, float]])
         return relax.transform.LegalizeOps()(mod)  # names repeat: nothing can be tracked
     mod = relax.transform.LegalizeOps()(mod)
     index, block = main_dataflow(mod["main"])
-    builder = relax.BlockBuilder(mod)
-    bindings = list(block.bindings)
-    for k, binding in enumerate(bindings):
+    callees = {}
+    for k, binding in enumerate(block.bindings):
         i = names.get(binding.var.name)
         call = as_tir_call(binding.value)
         if i is None or call is None:
             continue
         group, scale = candidates[i]
         tagged = annotate_blocks(mod[call.gvar], "conv2d", MERGE_TAG, f"{group}:{i}:{scale}")
-        if tagged is None:
-            continue
-        gvar = builder.add_func(tagged, f"{call.gvar.name_hint}_merge{i}")
-        value = relax.op.call_tir(gvar, relax.Tuple(call.args), call.out_ty)
-        bindings[k] = relax.VarBinding(binding.var, value)
-    mod = builder.get()
-    mod["main"] = replace_block(mod["main"], index, bindings)
-    return relax.transform.Normalize()(mod)
+        if tagged is not None:
+            callees[k] = (tagged, f"{call.gvar.name_hint}_merge{i}")
+    return with_own_callees(mod, index, callees)
 
 
 def _operator_tags(prepared: tvm.IRModule, plan: Plan) -> dict[str, tuple[str, float, int]]:
