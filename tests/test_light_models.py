@@ -5,15 +5,14 @@ Each model is compiled by tvm-rtask under both policies and both barrier kinds; 
 (max abs difference over max abs reference value).
 """
 
-import numpy as np
 import pytest
 
 import tvm_rtask
 from tvm_rtask.testing.onnx_light import (
+    assert_outputs_match,
     load_light_model,
     onnxruntime_outputs,
     random_inputs,
-    relative_error,
 )
 from tvm_rtask.testing.run import run_executable
 
@@ -40,11 +39,7 @@ def _check(name, policy, barrier, reference):
     model, inputs, expected = reference(name)
     ex = tvm_rtask.compile(model, "llvm", policy=policy, barrier=barrier, num_veu=2)
     actual = run_executable(ex, inputs)
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected, strict=True):
-        assert a.shape == e.shape
-        assert np.isfinite(a).all()
-        assert relative_error(a, e) < 1e-4, (name, policy, barrier, relative_error(a, e))
+    assert_outputs_match(actual, expected, (name, policy, barrier))
 
 
 @pytest.mark.parametrize("policy,barrier", CONFIGS)

@@ -13,9 +13,9 @@ from tvm_rtask import models as zoo
 from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
 from tvm_rtask.testing.onnx_light import (
     LIGHT_MODELS,
+    assert_outputs_match,
     load_light_model,
     random_inputs,
-    relative_error,
 )
 from tvm_rtask.testing.run import run_executable
 from tvm_rtask.tir.cpu_dispatch import TensorDecl
@@ -43,8 +43,7 @@ def test_light_model_matches_tvm_default_cuda_build(name, policy):
         tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
     )
     actual = run_executable(tvm_rtask.compile(mod, TARGET, policy=policy), inputs, dev)
-    for a, e in zip(actual, reference, strict=True):
-        assert relative_error(a, e) < 1e-4, (name, policy, relative_error(a, e))
+    assert_outputs_match(actual, reference, (name, policy))
 
 
 @pytest.mark.parametrize("name", zoo.names())
@@ -57,8 +56,7 @@ def test_builtin_model_matches_tvm_default_cuda_build(name):
         tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
     )
     actual = run_executable(tvm_rtask.compile(mod, TARGET), inputs, dev)
-    for a, e in zip(actual, reference, strict=True):
-        assert relative_error(a, e) < 1e-4, (name, relative_error(a, e))
+    assert_outputs_match(actual, reference, name)
 
 
 def test_thousand_replays_give_identical_results():

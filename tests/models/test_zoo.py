@@ -13,7 +13,7 @@ import tvm_rtask.models as zoo
 from tvm_rtask.errors import OptionError
 from tvm_rtask.models._builder import GraphBuilder
 from tvm_rtask.models._rnn import BasicLSTMCell, GateWiseLSTMCell, time_steps
-from tvm_rtask.testing.onnx_light import onnxruntime_outputs, relative_error
+from tvm_rtask.testing.onnx_light import assert_outputs_match, onnxruntime_outputs
 from tvm_rtask.testing.run import run_executable
 
 NAMES = [
@@ -54,11 +54,7 @@ def _check_numerics(name, overrides, policy, barrier):
     expected = onnxruntime_outputs(model, inputs)
     ex = tvm_rtask.compile(model, "llvm", policy=policy, barrier=barrier, num_veu=2)
     actual = run_executable(ex, inputs)
-    assert len(actual) == len(expected)
-    for a, e in zip(actual, expected, strict=True):
-        assert a.shape == e.shape
-        assert np.isfinite(a).all()
-        assert relative_error(a, e) < 1e-4, (name, relative_error(a, e))
+    assert_outputs_match(actual, expected, name)
 
 
 def test_names():

@@ -141,3 +141,13 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
     scale = float(np.max(np.abs(expected))) if expected.size else 0.0
     diff = float(np.max(np.abs(actual.astype(np.float64) - expected))) if expected.size else 0.0
     return diff / scale if scale else diff
+
+
+def assert_outputs_match(actual, expected, label, tolerance: float = 1e-4) -> None:
+    """Every output has the reference's shape, is finite and is within ``tolerance`` of it
+    (:func:`relative_error`); ``label`` names the case in the failure message."""
+    assert len(actual) == len(expected), (label, len(actual), len(expected))
+    for a, e in zip(actual, expected, strict=True):
+        assert a.shape == e.shape, (label, a.shape, e.shape)
+        assert np.isfinite(a).all(), label
+        assert relative_error(a, e) < tolerance, (label, relative_error(a, e))
