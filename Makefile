@@ -23,11 +23,16 @@ $(STAMP): $(INSTALL_DEPS) | $(VPY)
 	$(VPY) -m pip install -e ".[dev]"
 	touch $@
 
+# One pytest-xdist worker per core, at most PYTEST_WORKERS_MAX (each worker holds its own TVM
+# builds in memory); tests that share a costly module fixture carry an xdist_group mark.
+PYTEST_WORKERS_MAX ?= 8
+PYTEST_PARALLEL := -n auto --maxprocesses $(PYTEST_WORKERS_MAX) --dist loadgroup
+
 test: venv
-	$(VPY) -m pytest -q -m "not slow"
+	$(VPY) -m pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
 test-all: venv
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL)
 
 demo: venv
 	$(VPY) -m tvm_rtask.demo

@@ -24,6 +24,9 @@ TRIALS = 8  # the whole model: 4 per tuned operator
 PER_ITER = 4
 TUNED_OPS = ("fused_conv2d_relu", "matmul")
 
+# The tuned database is a module fixture that takes minutes: one xdist worker builds it once.
+pytestmark = pytest.mark.xdist_group("tuning")
+
 
 def _tiny_onnx(path: str, conv: bool = True) -> str:
     """conv2d + relu, reshape, matmul; or the matmul alone (``conv=False``)."""
