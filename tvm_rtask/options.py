@@ -30,8 +30,8 @@ class RTaskOptions:
     device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
     check_status: bool = True  # CUDA: main checks the barrier status words after the programs
     verify_occupancy: bool = True  # CUDA: ptxas -v registers must let all vEUs be co-resident
-    max_ops_per_program: int | None = None  # wavefront: cap (None: 64 llvm, 512 cuda)
-    max_kernels_per_program: int | None = None  # wavefront: distinct kernels (None: 32 on cuda)
+    max_ops_per_program: int | None = None  # rProgram cap (None: 64 llvm, 512 cuda)
+    max_kernels_per_program: int | None = None  # distinct kernels (None: 32 cuda, 0 llvm)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
     db: str | None = None  # MetaSchedule work directory whose tuned kernels replace the defaults
 

@@ -87,7 +87,7 @@ class IOSOperatorMerge:
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         from .pipeline import RTaskPrepare  # pipeline imports this module
-        from .plan import PLAN_ATTR, PlanRPrograms
+        from .plan import PLAN_ATTR, PlanRPrograms, as_target, program_limits
 
         self.last_chosen = []
         options = resolve_options(self.options, ctx.config)
@@ -104,7 +104,9 @@ class IOSOperatorMerge:
         plan = Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)
         tags = _operator_tags(prepared, plan)
         merges = {op: (group, scale) for op, (group, scale, _) in tags.items()}
-        chosen = choose_merges(plan.graph, plan.vdevice, self.cost, merges)
+        # the DP sees the segments the final plan will have (the same rProgram limits)
+        limits = program_limits(options, as_target(self.target))
+        chosen = choose_merges(plan.graph, plan.vdevice, self.cost, merges, **limits)
         self.last_chosen = [{tags[op][2] for op in stage} for stage in chosen]
         if not self.last_chosen:
             return mod

@@ -15,6 +15,8 @@ from ..core import RGraph, RKernel, VDevice, get_spec
 from ..errors import CapacityError, OptionError, UnsupportedOperator, remember_errors
 from ..options import RTaskOptions, resolve_options
 from ..schedule import AnalyticalCostModel, make_plan
+from ..schedule.limits import LIMIT_OPTIONS
+from ..schedule.policy import get_policy
 from ..tir.cpu_rkernel import make_cpu_rkernel
 from ..tir.cpu_tuned import outer_parallel_extent
 from ..tir.cuda_rkernel import make_cuda_rkernel, schedule_for_cuda, schedule_serial_reduction
@@ -24,7 +26,8 @@ PLAN_ATTR = "rtask.plan"
 RKERNEL_SUFFIX = "_rkernel"
 VARIANT_INFIX = "_rk"
 # The CPU dispatcher inlines each rKernel once per vEU that runs it; LLVM's time grows faster
-# than linearly with the function, so wavefront rPrograms are capped on llvm.
+# than linearly with the function, so rPrograms are capped on llvm (every policy that takes
+# the limits of schedule/limits.py: wavefront, wavefront_global, ios, opara).
 CPU_MAX_OPS_PER_PROGRAM = 64
 # On CUDA every distinct rKernel body is emitted once per rProgram, and nvcc's time grows
 # faster than linearly with the persistent kernel: ResNet-50 (173 operators) took 39 s of
@@ -66,6 +69,21 @@ def as_target(target) -> Target:
     if result.kind.name == "cuda" and result.host is None:
         result = Target(result.export(), host="llvm")
     return result
+
+
+def program_limits(options: RTaskOptions, target: Target) -> dict[str, int]:
+    """The rProgram size limits (schedule/limits.py) for the chosen policy, when it takes
+    them: the user's, or this target's defaults."""
+    if not set(LIMIT_OPTIONS) <= set(get_policy(options.policy).OPTIONS):
+        return {}
+    cuda = target.kind.name == "cuda"
+    cap = options.max_ops_per_program
+    kernel_cap = options.max_kernels_per_program
+    if cap is None:
+        cap = CUDA_MAX_OPS_PER_PROGRAM if cuda else CPU_MAX_OPS_PER_PROGRAM
+    if kernel_cap is None:
+        kernel_cap = CUDA_MAX_KERNELS_PER_PROGRAM if cuda else 0
+    return {"max_ops_per_program": cap, "max_kernels_per_program": kernel_cap}
 
 
 def cpu_worker_capacity() -> int:
@@ -289,17 +307,7 @@ class PlanRPrograms:
             tuned = _tuned_kernels(options.db, "llvm")
             extracted = extract_graph(mod, _cpu_rkernels(mod, vdevice, options, tuned))
         graph = RGraph(extracted.operators)
-        policy_options = {}
-        if options.policy in ("wavefront", "wavefront_global"):
-            cap = options.max_ops_per_program
-            kernel_cap = options.max_kernels_per_program
-            cuda = target.kind.name == "cuda"
-            if cap is None:
-                cap = CUDA_MAX_OPS_PER_PROGRAM if cuda else CPU_MAX_OPS_PER_PROGRAM
-            if kernel_cap is None:
-                kernel_cap = CUDA_MAX_KERNELS_PER_PROGRAM if cuda else 0
-            policy_options["max_ops_per_program"] = cap
-            policy_options["max_kernels_per_program"] = kernel_cap
+        policy_options = program_limits(options, target)
         plan = make_plan(
             graph, vdevice, policy=options.policy, cost=AnalyticalCostModel(), **policy_options
         )

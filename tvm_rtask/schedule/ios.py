@@ -47,6 +47,7 @@ from ..core.vdevice import VDevice
 from ..errors import OptionError
 from .builder import ProgramBuilder
 from .cost import CostModel
+from .limits import LIMIT_OPTIONS, ProgramLimit, check_limit_options
 from .policy import Policy, register_policy
 from .stage import stage_schedule
 
@@ -235,11 +236,13 @@ class IOSPolicy(Policy):
     """IOS stages (dynamic program with pruning) as global-barrier phases of rPrograms."""
 
     name = "ios"
-    OPTIONS = {"r": 3, "s": 8, "part_size": 100, "max_endings": 5_000}
+    DP_OPTIONS = {"r": 3, "s": 8, "part_size": 100, "max_endings": 5_000}
+    OPTIONS = {**DP_OPTIONS, **LIMIT_OPTIONS}
 
     def __init__(self, **options) -> None:
         super().__init__(**options)
-        for key in self.OPTIONS:
+        check_limit_options(self.name, self.options)
+        for key in self.DP_OPTIONS:
             value = self.options[key]
             if not isinstance(value, int) or value < 1:
                 raise OptionError(
@@ -316,21 +319,36 @@ class IOSPolicy(Policy):
         self, graph: RGraph, vdevice: VDevice, cost: CostModel
     ) -> list[RProgram | OrdinaryCall]:
         steps: list[RProgram | OrdinaryCall] = []
+        for part in self.segments(graph):
+            if isinstance(part, OrdinaryCall):
+                steps.append(part)
+            else:
+                steps.append(self._program(part, graph, vdevice, cost, f"rprogram_{len(steps)}"))
+        return steps
+
+    def segments(self, graph: RGraph) -> list[list[str] | OrdinaryCall]:
+        """The graph cut into rPrograms' operator lists (in :meth:`order`) and ordinary calls:
+        an unsupported operator or a program limit (schedule/limits.py) ends a segment."""
+        parts: list[list[str] | OrdinaryCall] = []
         segment: list[str] = []
-
-        def flush() -> None:
-            if segment:
-                steps.append(self._program(segment, graph, vdevice, cost, f"rprogram_{len(steps)}"))
-                segment.clear()
-
+        limit = ProgramLimit(graph, self.options)
         for name in self.order(graph):
+            if graph.op(name).supported and not limit.would_exceed([name]):
+                segment.append(name)
+                limit.add([name])
+                continue
+            if segment:
+                parts.append(segment)
+            segment = []
+            limit.reset()
             if graph.op(name).supported:
                 segment.append(name)
+                limit.add([name])
             else:
-                flush()
-                steps.append(OrdinaryCall(name))
-        flush()
-        return steps
+                parts.append(OrdinaryCall(name))
+        if segment:
+            parts.append(segment)
+        return parts
 
     @staticmethod
     def order(graph: RGraph) -> list[str]:
@@ -370,18 +388,13 @@ def choose_merges(
 
     ``merges`` tags each mergeable operator with its group (operators of one group read the
     same input and may become one convolution) and the factor by which its FLOPs grow when
-    its kernel is padded to the group's largest. Segments between unsupported operators are
-    scheduled as :class:`IOSPolicy` schedules them.
+    its kernel is padded to the group's largest. ``options`` are the policy's: the segments
+    are those :class:`IOSPolicy` plans with the same options.
     """
     policy = IOSPolicy(**options)
     chosen: list[list[str]] = []
-    segment: list[str] = []
-    for name in [*IOSPolicy.order(graph), None]:
-        if name is not None and graph.op(name).supported:
-            segment.append(name)
-            continue
-        if any(n in merges for n in segment):
+    for segment in policy.segments(graph):
+        if not isinstance(segment, OrdinaryCall) and any(n in merges for n in segment):
             policy.schedule(segment, graph, vdevice, cost, merges=merges)
             chosen += policy.merged_stages
-        segment = []
     return chosen

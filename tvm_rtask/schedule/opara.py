@@ -38,6 +38,7 @@ from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
 from .builder import ProgramBuilder
 from .cost import CostModel
+from .limits import LIMIT_OPTIONS, ProgramLimit, check_limit_options
 from .policy import Policy, register_policy
 
 COMPUTE_PATTERNS = frozenset({"out_ewise_fusable", "opaque"})
@@ -54,6 +55,12 @@ class OparaPolicy(Policy):
     """Opara's launch order as the rTask order of persistent kernels."""
 
     name = "opara"
+    # An operator that would push an rProgram past a limit (schedule/limits.py) starts a new one.
+    OPTIONS = dict(LIMIT_OPTIONS)
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        check_limit_options(self.name, self.options)
 
     @staticmethod
     def streams(graph: RGraph) -> dict[str, int]:
@@ -112,16 +119,22 @@ class OparaPolicy(Policy):
         cur = ProgramBuilder(graph, vdevice, cost, "rprogram_0")
         phase: dict[str, int] = {}
         last = 0
+        limit = ProgramLimit(graph, self.options)
         for name in self.launch_order(graph, vdevice, cost):
             op = graph.op(name)
-            if not op.supported:
+            if not op.supported or limit.would_exceed([name]):
+                # launch order is topological: ending cur here cuts no dependence backwards
                 if not cur.is_empty():
                     steps.append(cur.program)
-                steps.append(OrdinaryCall(name))
+                if not op.supported:
+                    steps.append(OrdinaryCall(name))
                 cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
                 phase.clear()
                 last = 0
-                continue
+                limit.reset()
+                if not op.supported:
+                    continue
+            limit.add([name])
             p = max([last, *(phase[q] + 1 for q in graph.preds(name) if q in phase)])
             phase[name] = last = p
             cur.place_op(p, name, cost.fastest(op, vdevice))

@@ -29,6 +29,7 @@ from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
 from .builder import ProgramBuilder, _max_excluding_self
 from .cost import CostModel
+from .limits import LIMIT_OPTIONS, ProgramLimit, check_limit_options
 from .policy import Policy, register_policy
 
 # Kept for code that imported the builder from here.
@@ -42,13 +43,12 @@ class WavefrontPolicy(Policy):
 
     name = "wavefront"
     global_barrier: ClassVar[bool] = False
-    # max_ops_per_program: 0 = no limit. A wave that would push an rProgram past the limit
-    # starts a new one: the CPU dispatcher inlines each rKernel per vEU, and LLVM needed more
-    # than 15 minutes for DenseNet-121's 250-operator program.
-    # max_kernels_per_program: 0 = no limit; the most distinct kernels (operator functions)
-    # in one rProgram. The CUDA dispatcher emits each distinct kernel body once per program,
-    # and nvcc's time grows faster than linearly with the persistent kernel's code.
-    OPTIONS: ClassVar[dict] = {"max_ops_per_program": 0, "max_kernels_per_program": 0}
+    # A wave that would push an rProgram past a limit (schedule/limits.py) starts a new one.
+    OPTIONS: ClassVar[dict] = dict(LIMIT_OPTIONS)
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        check_limit_options(self.name, self.options)
 
     def select_rkernels(
         self, wave: list[str], graph: RGraph, vdevice: VDevice, cost: CostModel
@@ -99,23 +99,17 @@ class WavefrontPolicy(Policy):
         steps: list[RProgram | OrdinaryCall] = []
         launch = cost.launch_us(vdevice)
         cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
-        funcs: set[str] = set()  # distinct kernels of cur
+        limit = ProgramLimit(graph, self.options)  # counts what cur holds
         for w, wave in enumerate(graph.waves()):
             supported = [n for n in wave if graph.op(n).supported]
             ordinary = [n for n in wave if not graph.op(n).supported]
             if supported:
                 kernels = self.select_rkernels(supported, graph, vdevice, cost)
-                limit = self.options["max_ops_per_program"]
-                kernel_limit = self.options["max_kernels_per_program"]
-                wave_funcs = {graph.op(n).func for n in supported}
-                if not cur.is_empty() and (
-                    (limit and len(cur.program.ops()) + len(supported) > limit)
-                    or (kernel_limit and len(funcs | wave_funcs) > kernel_limit)
-                ):
+                if limit.would_exceed(supported):
                     steps.append(cur.program)
                     cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
-                    funcs = set()
-                funcs |= wave_funcs
+                    limit.reset()
+                limit.add(supported)
                 if cur.is_empty():
                     cur.place(w, supported, kernels)
                 else:
@@ -130,13 +124,14 @@ class WavefrontPolicy(Policy):
                             steps.append(cur.program)
                             alone.program.name = f"rprogram_{len(steps)}"
                             cur = alone
-                            funcs = set(wave_funcs)
+                            limit.reset()
+                            limit.add(supported)
             if ordinary:
                 if not cur.is_empty():
                     steps.append(cur.program)
                 steps.extend(OrdinaryCall(n) for n in ordinary)
                 cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
-                funcs = set()
+                limit.reset()
         if not cur.is_empty():
             steps.append(cur.program)
         return steps
