@@ -84,7 +84,17 @@ def build(lowered: tvm.IRModule, target="llvm"):
     if tvm_target.kind.name == "cuda":
         from .runtime import cuda_status  # noqa: F401 - registers tvm_rtask.check_status
 
-        ex = tvm.compile(lowered, target=tvm_target, relax_pipeline=_finish_pipeline(tvm_target))
+        tir_pipeline = "default"
+        if planned.options.get("cooperative_launch", False):
+            from .tir.cooperative import cooperative_pipeline
+
+            tir_pipeline = cooperative_pipeline()
+        ex = tvm.compile(
+            lowered,
+            target=tvm_target,
+            relax_pipeline=_finish_pipeline(tvm_target),
+            tir_pipeline=tir_pipeline,
+        )
         if planned.options.get("verify_occupancy", True) and planned.programs():
             _verify_occupancy(ex, planned, str(tvm_target.arch))
         return ex, planned

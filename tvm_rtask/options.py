@@ -30,6 +30,7 @@ class RTaskOptions:
     device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
     check_status: bool = True  # CUDA: main checks the barrier status words after the programs
     verify_occupancy: bool = True  # CUDA: ptxas -v registers must let all vEUs be co-resident
+    cooperative_launch: bool = False  # CUDA: the driver refuses a grid that is not co-resident
     max_ops_per_program: int | None = None  # rProgram cap (None: 64 llvm, 512 cuda)
     max_kernels_per_program: int | None = None  # distinct kernels (None: 32 cuda, 0 llvm)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
@@ -66,6 +67,10 @@ class RTaskOptions:
         ):
             raise OptionError(
                 f"max_ops_per_program must be >= 0 (0: no limit), not {self.max_ops_per_program!r}"
+            )
+        if not isinstance(self.cooperative_launch, bool):
+            raise OptionError(
+                f"cooperative_launch must be True or False, not {self.cooperative_launch!r}"
             )
         if not isinstance(self.ios_merge, bool):
             raise OptionError(f"ios_merge must be True or False, not {self.ios_merge!r}")

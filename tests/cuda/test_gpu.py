@@ -87,6 +87,22 @@ def test_replay_under_a_cuda_graph():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_cooperative_launch_gives_the_same_results(cuda_graph):
+    dev = tvm.cuda(0)
+    model = load_light_model("squeezenet")
+    inputs = random_inputs(model)
+    plain = run_executable(tvm_rtask.compile(model, TARGET), inputs, dev)
+    with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": cuda_graph}):
+        ex = tvm_rtask.compile(model, TARGET, cooperative_launch=True)
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(v, dev) for v in inputs.values()]
+    for _ in range(3):
+        out = [o.numpy() for o in vm["main"](*args)]
+    for a, b in zip(out, plain, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_broken_plan_times_out_with_an_error():
     """vEU 0 waits for a step vEU 1 never reaches: the kernel returns and the check raises."""
     from tvm.script import relax as R

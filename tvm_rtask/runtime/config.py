@@ -56,6 +56,7 @@ CONFIG_OPTIONS: dict[str, str] = {
     "rtask.device": "str",
     "rtask.check_status": "bool",
     "rtask.verify_occupancy": "bool",
+    "rtask.cooperative_launch": "bool",
     "rtask.max_ops_per_program": "int",
     "rtask.max_kernels_per_program": "int",
     "rtask.db": "str",
