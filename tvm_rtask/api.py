@@ -128,7 +128,12 @@ def _verify_occupancy(ex, plan: Plan, arch: str) -> None:
         return
     usage = ptxas_usage(cuda_source(ex), arch)
     threads = int(plan.options.get("cuda_threads", 256))
-    check_co_residency(plan.vdevice.spec, threads, plan.vdevice.num_veu, usage)
+    capacities = check_co_residency(plan.vdevice.spec, threads, plan.vdevice.num_veu, usage)
+    plan.kernel_usage = {
+        name: {"registers": usage[name].registers, "shared_mem": usage[name].shared_mem,
+               "capacity": capacity}
+        for name, capacity in capacities.items()
+    }  # fmt: skip
 
 
 def _finish_pipeline(target) -> tvm.transform.Pass:

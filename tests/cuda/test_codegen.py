@@ -137,7 +137,12 @@ def test_ptxas_registers_bound_the_vEUs():
     if not NVCC:
         pytest.skip("nvcc not found")
     model = zoo.get("squeezenet", reduced=True)[0]
-    tvm_rtask.compile(model, "cuda")  # default: verified against ptxas -v, 132 vEUs fit
+    _, plan = tvm_rtask.compile_with_plan(model, "cuda")  # verified against ptxas -v
+    usage = plan.report()["ptxas"]
+    # identical rPrograms share one kernel: a subset of the programs' names
+    assert usage and set(usage) <= {f"{p.name}_kernel" for p in plan.programs()}
+    for use in usage.values():
+        assert 0 < use["registers"] <= 255 and use["capacity"] >= plan.vdevice.num_veu
     with pytest.raises(CapacityError, match="registers per thread"):
         tvm_rtask.compile(model, "cuda", num_veu=1056)
 

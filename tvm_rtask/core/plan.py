@@ -40,6 +40,9 @@ class Plan:
     estimated_us: float = 0.0
     ideal_us: float = 0.0
     options: dict[str, Any] = field(default_factory=dict)
+    # CUDA, after build with nvcc found: ptxas -v of each persistent kernel (registers per
+    # thread, shared memory bytes) and the co-resident blocks they allow. Not serialized.
+    kernel_usage: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def programs(self) -> list[RProgram]:
         return [s for s in self.steps if isinstance(s, RProgram)]
@@ -111,6 +114,7 @@ class Plan:
             "ordinary_op_names": ordinary,
             "max_ops_per_program": max((len(p.ops()) for p in progs), default=0),
             "max_ops_side_by_side": side_by_side,
+            "ptxas": dict(self.kernel_usage),
         }
 
     def to_dict(self) -> dict[str, Any]:
