@@ -55,7 +55,7 @@ def _nvcc(source: str, arch: str, tmp_path) -> None:
         [NVCC, "-ptx", f"-arch={arch}", "-o", str(tmp_path / f"kernels_{arch}.ptx"), str(cu)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,  # full-size LSTM-TC: about 9 kernels x 20-75 s (docs/compile-time-notes.md)
     )
     assert out.returncode == 0, out.stderr[-3000:]
 
