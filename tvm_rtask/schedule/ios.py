@@ -333,15 +333,12 @@ class IOSPolicy(Policy):
         segment: list[str] = []
         limit = ProgramLimit(graph, self.options)
         for name in self.order(graph):
-            if graph.op(name).supported and not limit.would_exceed([name]):
-                segment.append(name)
-                limit.add([name])
-                continue
-            if segment:
+            supported = graph.op(name).supported
+            if segment and (not supported or limit.would_exceed([name])):
                 parts.append(segment)
-            segment = []
-            limit.reset()
-            if graph.op(name).supported:
+                segment = []
+                limit.reset()
+            if supported:
                 segment.append(name)
                 limit.add([name])
             else:
