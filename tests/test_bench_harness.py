@@ -118,3 +118,27 @@ def test_unknown_model_is_a_usage_error(argv, tmp_path):
     )
     assert proc.returncode == 2
     assert "unknown model" in proc.stderr
+
+
+def test_cuda_compile_time_splits_a_source_into_kernels():
+    import cuda_compile_time
+
+    source = "\n".join(
+        [
+            "#include <cuda_fp16.h>",
+            'extern "C" __global__ void __launch_bounds__(256) a_kernel(float* x);',
+            'extern "C" __global__ void b_kernel(float* y);',
+            'extern "C" __global__ void __launch_bounds__(256) a_kernel(float* x) {',
+            "  x[0] = 1.0f;",
+            "}",
+            "",
+            'extern "C" __global__ void b_kernel(float* y) {',
+            "  y[0] = 2.0f;",
+            "}",
+        ]
+    )
+    preamble, kernels = cuda_compile_time.split_kernels(source)
+    assert preamble == "#include <cuda_fp16.h>"
+    assert [name for name, _ in kernels] == ["a_kernel", "b_kernel"]
+    assert "x[0] = 1.0f;" in kernels[0][1] and "y[0]" not in kernels[0][1]
+    assert kernels[1][1].rstrip().endswith("}")
