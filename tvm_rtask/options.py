@@ -55,19 +55,10 @@ class RTaskOptions:
             raise OptionError(f"cuda_threads must be in 32..1024, not {self.cuda_threads!r}")
         if not isinstance(self.cuda_registers, int) or not 0 <= self.cuda_registers <= 255:
             raise OptionError(f"cuda_registers must be in 0..255, not {self.cuda_registers!r}")
-        if self.max_kernels_per_program is not None and (
-            not isinstance(self.max_kernels_per_program, int) or self.max_kernels_per_program < 0
-        ):
-            raise OptionError(
-                "max_kernels_per_program must be >= 0 (0: no limit), "
-                f"not {self.max_kernels_per_program!r}"
-            )
-        if self.max_ops_per_program is not None and (
-            not isinstance(self.max_ops_per_program, int) or self.max_ops_per_program < 0
-        ):
-            raise OptionError(
-                f"max_ops_per_program must be >= 0 (0: no limit), not {self.max_ops_per_program!r}"
-            )
+        for key in ("max_kernels_per_program", "max_ops_per_program"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise OptionError(f"{key} must be >= 0 (0: no limit), not {value!r}")
         if not isinstance(self.cooperative_launch, bool):
             raise OptionError(
                 f"cooperative_launch must be True or False, not {self.cooperative_launch!r}"
