@@ -41,11 +41,9 @@ def _target(arch):
 
 
 def _cuda_source(ex) -> str:
-    for module in ex.mod.imports:
-        for device in module.imports:
-            if device.kind == "cuda":
-                return device.inspect_source()
-    raise AssertionError("no CUDA module in the executable")
+    source = tvm_rtask.cuda_source(ex)
+    assert source, "no CUDA module in the executable"
+    return source
 
 
 def _nvcc(source: str, arch: str, tmp_path) -> None:
