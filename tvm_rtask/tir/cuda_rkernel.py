@@ -59,17 +59,15 @@ def schedule_for_cuda(
         return func
     mod = tvm.IRModule({"main": func})
     rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction()]
-    attempts = [[], rules[:1] + rules[2:], rules] if not fallback_only else [[]]
-    while True:
-        chosen = attempts.pop()
+    # dlight's GEMV analysis asserts on some shapes (seen on RandWire, reduced): on failure
+    # try without GEMV, then Fallback alone, which schedules any PrimFunc
+    attempts = [[]] if fallback_only else [rules, rules[:1] + rules[2:], []]
+    for k, chosen in enumerate(attempts):
         try:
             with target:
-                scheduled = dl.ApplyDefaultSchedule(*chosen, dl.gpu.Fallback())(mod)
-            return scheduled["main"]
+                return dl.ApplyDefaultSchedule(*chosen, dl.gpu.Fallback())(mod)["main"]
         except (AssertionError, RuntimeError, ValueError, IndexError):
-            # dlight's GEMV analysis asserts on some shapes (seen on RandWire, reduced): try
-            # without GEMV, then Fallback alone, which schedules any PrimFunc
-            if not attempts:
+            if k == len(attempts) - 1:
                 raise
 
 
