@@ -27,19 +27,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import cli
+from .cli.artifact import save_artifact
+from .cli.build import compile_model, load_model, parse_key_values, parse_target
+from .cli.errors import CLIError
+from .cli.inputs import FILL_MODES, parse_shapes, read_inputs, save_outputs
+from .cli.main import run_main
+from .cli.runner import RunResult, run_artifact
 
 PROG = "tvmc"
 
 
 def _drive_compile(args) -> int:
     if args.model_format not in (None, "onnx"):
-        raise cli.CLIError(f"model format {args.model_format!r} is not supported; use onnx")
-    model = cli.load_model(args.FILE, shape_dict=cli.parse_shapes(args.input_shapes))
-    target = cli.parse_target(args.target)
-    pass_config = cli.parse_key_values(args.pass_config, "--pass-config")
+        raise CLIError(f"model format {args.model_format!r} is not supported; use onnx")
+    model = load_model(args.FILE, shape_dict=parse_shapes(args.input_shapes))
+    target = parse_target(args.target)
+    pass_config = parse_key_values(args.pass_config, "--pass-config")
     disabled = [p.strip() for p in (args.disabled_pass or "").split(",") if p.strip()]
-    ex, meta = cli.compile_model(
+    ex, meta = compile_model(
         model,
         target,
         use_rtask=args.pass_ == "rtask",
@@ -47,12 +52,12 @@ def _drive_compile(args) -> int:
         opt_level=args.opt_level,
         disabled_pass=disabled,
     )
-    cli.save_artifact(ex, args.output, meta)
+    save_artifact(ex, args.output, meta)
     if args.dump_code:
         formats = {f.strip() for f in args.dump_code.split(",") if f.strip()}
         unknown = formats - {"relax", "ll", "asm", "vm", "cu"}
         if unknown:
-            raise cli.CLIError(
+            raise CLIError(
                 f"--dump-code: unknown format(s) {sorted(unknown)}; use relax, ll, asm, vm, cu"
             )
         _dump_code(ex, model, args.output, formats)
@@ -79,7 +84,7 @@ def _dump_code(ex, model, output: str, formats: set[str]) -> None:
             f.write(text)
 
 
-def _format_times(result: cli.RunResult) -> str:
+def _format_times(result: RunResult) -> str:
     s = result.stats()
     header = (
         "Execution time summary:\n mean (ms)   median (ms)    max (ms)     min (ms)     std (ms)"
@@ -90,7 +95,7 @@ def _format_times(result: cli.RunResult) -> str:
     return f"{header}\n{values}"
 
 
-def _format_top(result: cli.RunResult, n: int) -> str:
+def _format_top(result: RunResult, n: int) -> str:
     import numpy as np
 
     out = result.outputs[0].reshape(result.outputs[0].shape[0], -1)
@@ -103,9 +108,9 @@ def _format_top(result: cli.RunResult, n: int) -> str:
 
 
 def _drive_run(args) -> int:
-    result = cli.run_artifact(
+    result = run_artifact(
         args.FILE,
-        inputs=cli.read_inputs(args.inputs),
+        inputs=read_inputs(args.inputs),
         fill_mode=args.fill_mode,
         repeat=args.repeat,
         number=args.number,
@@ -116,7 +121,7 @@ def _drive_run(args) -> int:
     if args.print_top:
         print(_format_top(result, args.print_top))
     if args.outputs:
-        cli.save_outputs(args.outputs, result.outputs)
+        save_outputs(args.outputs, result.outputs)
     return 0
 
 
@@ -181,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--fill-mode",
-        choices=("zeros", "ones", "random"),
+        choices=FILL_MODES,
         default="random",
         help="values of inputs not given with --inputs. Defaults to 'random'.",
     )
@@ -198,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return cli.run_main(build_parser(), argv, PROG)
+    return run_main(build_parser(), argv, PROG)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,120 @@
+"""The ``tvm-rtask`` command line end to end (by subprocess) and its commands in process:
+errors are one line on stderr and exit status 1, never a traceback."""
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+
+from tests.cli.helpers import assert_one_line_error, check_outputs, in_process, run
+
+
+def test_console_scripts_are_declared():
+    scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
+    assert scripts.get("tvm-rtask") == "tvm_rtask.cli:main"
+    assert scripts.get("tvmc") == "tvm_rtask.tvmc:main"
+
+
+def test_python_dash_m_runs_the_command_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tvm_rtask.cli", "models"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("alexnet")
+
+
+def test_tvm_rtask_compile_run_with_report_gantt_and_sources(work):
+    d, expected = work
+    proc = run(
+        "tvm-rtask",
+        "compile",
+        "lstm_tc",
+        "--reduced",
+        "--num-veu",
+        "2",
+        "--policy",
+        "wavefront",
+        "-o",
+        "lstm.so",
+        "--report",
+        "report.json",
+        "--gantt",
+        "gantt.png",
+        "--emit-source",
+        "src",
+        cwd=d,
+    )
+    assert "lstm.so" in proc.stdout
+    report = json.load(open(d / "report.json"))
+    assert report["report"]["policy"] == "wavefront"
+    assert report["report"]["veus"] == 2
+    assert report["report"]["kernel_launches"] < report["report"]["operators"]
+    assert report["plan"]["steps"]
+    assert (d / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    emitted = {p.name for p in (d / "src").iterdir()}
+    assert {"input.relax.py", "vm.txt", "module0.ll", "module0.s"} <= emitted
+    proc = run(
+        "tvm-rtask",
+        "run",
+        "lstm.so",
+        "--inputs",
+        "x.npz",
+        "--outputs",
+        "out.npz",
+        "--repeat",
+        "3",
+        cwd=d,
+    )
+    assert "2 thread(s)" in proc.stdout and "median" in proc.stdout
+    check_outputs(d / "out.npz", expected)
+
+
+def test_models_lists_the_zoo(work):
+    d, _ = work
+    proc = run("tvm-rtask", "models", cwd=d)
+    assert len(proc.stdout.splitlines()) == 10
+    assert proc.stdout.startswith("alexnet")
+
+
+def test_errors_are_one_line_without_traceback(work):
+    d, _ = work
+    assert_one_line_error(
+        run("tvm-rtask", "compile", "missing.onnx", cwd=d, check=False),
+        "tvm-rtask",
+        "missing.onnx",
+        "does not exist",
+    )
+    assert_one_line_error(
+        run(
+            "tvmc",
+            "compile",
+            "lstm.onnx",
+            "--pass",
+            "rtask",
+            "--pass-config",
+            "rtask.policy=nope",
+            cwd=d,
+            check=False,
+        ),
+        "tvmc",
+        "unknown policy 'nope'",
+    )
+
+
+def test_more_errors_in_process(work, capsys, quiet, monkeypatch):
+    from tvm_rtask import tvmc
+    from tvm_rtask.cli import main
+
+    d, _ = work
+    monkeypatch.chdir(d)
+    in_process(main, ["compile", "nosuchmodel"], capsys, "neither an .onnx file nor")
+    (d / "garbage.onnx").write_bytes(b"\x00\xffnot onnx" * 10)
+    in_process(tvmc.main, ["compile", "garbage.onnx", "--pass", "rtask"], capsys, "garbage")
+    in_process(main, ["compile", "lstm_tc", "--reduced", "--num-veu", "999"], capsys, "num_veu=999")
+    in_process(main, ["plan", "lstm_tc", "--reduced", "--policy", "nope"], capsys, "unknown policy")
+    argv = ["compile", "lstm.onnx", "--pass-config", "novalue"]
+    in_process(tvmc.main, argv, capsys, "name=value")

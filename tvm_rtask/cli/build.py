@@ -1,0 +1,168 @@
+"""Models and options on the command line: load a model (an ``.onnx`` file or a zoo name),
+parse options and targets, and compile into an executable with the metadata an artifact
+carries."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .artifact import META_FORMAT, META_VERSION
+from .errors import CLIError
+from .inputs import InputInfo, model_inputs
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to compile: the Relax module, where it came from, its inputs."""
+
+    name: str
+    mod: Any  # tvm.IRModule
+    inputs: list[InputInfo]
+    onnx: Any = None  # onnx.ModelProto when the source was ONNX or the zoo
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+# -- options --------------------------------------------------------------------------------------
+def parse_value(text: str) -> Any:
+    """``2`` -> 2, ``true`` -> True, anything else stays a string."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def parse_key_values(items: list[str] | None, flag: str) -> dict[str, Any]:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise CLIError(f"{flag} expects name=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def parse_target(text: str):
+    """A target name (``llvm``, ``cuda``), a TVM tag, or a JSON dict string."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise CLIError(f"--target {text!r} is not valid JSON: {err}") from None
+    return text
+
+
+def target_kind(target) -> str:
+    from ..relax_passes import as_target
+
+    return str(as_target(target).kind.name)
+
+
+# -- models ---------------------------------------------------------------------------------------
+def load_model(
+    spec: str,
+    batch: int = 1,
+    reduced: bool = False,
+    seed: int = 0,
+    shape_dict: dict | None = None,
+) -> LoadedModel:
+    """``spec`` is an ``.onnx`` path or a zoo name; zoo models take batch/reduced/seed."""
+    from .. import frontend, models
+
+    if spec in models.names():
+        model = models.onnx_model(spec, batch=batch, reduced=reduced, seed=seed)
+        mod = frontend.load(model)
+        source = {"zoo": spec, "batch": batch, "reduced": reduced, "seed": seed}
+        return LoadedModel(spec, mod, model_inputs(mod), model, source)
+    path = Path(spec)
+    if path.suffix.lower() != ".onnx" and not path.exists():
+        raise CLIError(
+            f"{spec!r} is neither an .onnx file nor a zoo model; zoo models: "
+            f"{', '.join(models.names())}"
+        )
+    import onnx
+
+    if path.exists() and path.is_dir():
+        raise CLIError(f"{spec!r} is a directory, not an .onnx file")
+    mod = frontend.load(str(path), shape_dict)
+    try:
+        model = onnx.load(str(path))
+    except Exception:  # frontend.load has already reported unreadable files
+        model = None
+    return LoadedModel(path.stem, mod, model_inputs(mod), model, {"onnx": str(path)})
+
+
+# -- compiling ------------------------------------------------------------------------------------
+def compile_model(
+    model: LoadedModel,
+    target,
+    use_rtask: bool = True,
+    options: dict | None = None,
+    pass_config: dict | None = None,
+    opt_level: int = 3,
+    disabled_pass: list[str] | None = None,
+):
+    """Compile with tvm-rtask (or TVM's default build when ``use_rtask`` is False).
+
+    ``pass_config`` keys ``rtask.<option>`` become tvm-rtask options (a keyword in
+    ``options`` wins); other keys go to TVM's PassContext. Returns ``(executable, metadata)``.
+    """
+    import tvm
+
+    import tvm_rtask
+
+    from ..relax_passes import as_target
+    from ..runtime import num_threads
+
+    options = dict(options or {})
+    config = {}
+    for key, value in (pass_config or {}).items():
+        if key.startswith("rtask."):
+            options.setdefault(key[len("rtask.") :], value)
+        else:
+            config[key] = value
+    tvm_target = as_target(target)
+    start = time.perf_counter()
+    try:
+        ctx = tvm.transform.PassContext(
+            opt_level=opt_level, config=config, disabled_pass=disabled_pass or []
+        )
+    except (AttributeError, ValueError, TypeError) as err:
+        raise CLIError(f"bad --pass-config: {err}") from None
+    with ctx:
+        if use_rtask:
+            ex = tvm_rtask.compile(model.mod, tvm_target, **options)
+        else:
+            ex = tvm.compile(model.mod, target=tvm_target)
+    seconds = time.perf_counter() - start
+    kind = str(tvm_target.kind.name)
+    threads = num_threads() if kind == "llvm" else 1
+    if kind == "llvm" and options.get("num_veu"):
+        threads = max(threads, int(options["num_veu"]))
+    meta = {
+        "format": META_FORMAT,
+        "version": META_VERSION,
+        "model": model.name,
+        "source": model.source,
+        "target": kind,
+        "target_full": str(tvm_target),
+        "device": "cuda" if kind == "cuda" else "cpu",
+        "pass": "rtask" if use_rtask else "none",
+        "options": {k: v for k, v in options.items() if _jsonable(v)},
+        "threads": threads,
+        "inputs": [i.to_dict() for i in model.inputs],
+        "compile_seconds": round(seconds, 3),
+        "tvm_rtask": tvm_rtask.__version__,
+        "tvm": tvm.__version__,
+    }
+    return ex, meta
+
+
+def _jsonable(value) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))

@@ -1,0 +1,379 @@
+"""The ``tvm-rtask`` command line: the parser, one function per command, and
+:func:`run_main`, which turns every expected failure into one line on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .artifact import save_artifact
+from .build import (
+    LoadedModel,
+    compile_model,
+    load_model,
+    parse_key_values,
+    parse_target,
+    target_kind,
+)
+from .errors import DEBUG_ENV, CLIError, first_line
+from .inputs import FILL_MODES, parse_shapes, read_inputs, save_outputs
+from .report import format_report_table, plan_policies, require_gantt
+from .runner import run_artifact
+
+PROG = "tvm-rtask"
+
+
+# -- arguments ------------------------------------------------------------------------------------
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="an .onnx file or a zoo model name")
+    p.add_argument("--batch", type=int, default=1, help="batch size of a zoo model (default 1)")
+    p.add_argument(
+        "--reduced", action="store_true", help="the zoo model's small variant (fast to compile)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="weights seed of a zoo model")
+    p.add_argument(
+        "--input-shapes",
+        metavar="SHAPES",
+        help="static shapes of an ONNX model's inputs, e.g. 'data:[1,3,224,224]'",
+    )
+    p.add_argument("--target", default="llvm", help="llvm (default), cuda, or a JSON target")
+
+
+def _option_args(p: argparse.ArgumentParser, policy: bool = True) -> None:
+    if policy:
+        p.add_argument("--policy", default=None, help="wavefront (default), sequential, ...")
+    p.add_argument("--barrier", default=None, choices=("fine", "global"), help="default fine")
+    p.add_argument("--num-veu", type=int, default=None, help="vEUs (CPU: worker threads)")
+    p.add_argument("--db", default=None, help="tuning work directory (tvm-rtask tune --db)")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="NAME=VALUE",
+        help="any other tvm-rtask option, e.g. rtasks_per_veu=4 (repeatable)",
+    )
+
+
+def _options_from(args, policy: bool = True) -> dict:
+    opts = parse_key_values(args.option, "--option")
+    for key in ("barrier", "num_veu", "db") + (("policy",) if policy else ()):
+        value = getattr(args, key, None)
+        if value is not None:
+            opts[key] = value
+    return opts
+
+
+def _load_from_args(args) -> LoadedModel:
+    return load_model(
+        args.model,
+        batch=args.batch,
+        reduced=args.reduced,
+        seed=args.seed,
+        shape_dict=parse_shapes(args.input_shapes),
+    )
+
+
+# -- commands -------------------------------------------------------------------------------------
+def cmd_tune(args) -> int:
+    from ..tuning import tune
+
+    model = _load_from_args(args)
+    trials = args.trials
+    if trials is None and args.seconds is None:
+        trials = 64
+    tune(
+        model.mod,
+        parse_target(args.target),
+        args.db,
+        trials=trials,
+        seconds=args.seconds,
+        num_trials_per_iter=args.trials_per_iter,
+        rpc=args.rpc,
+        fusion=args.fusion,
+        include_injective=args.all_ops,
+        num_cores=args.num_cores,
+        seed=args.tune_seed,
+        progress=not args.no_progress,
+    )
+    return 0
+
+
+def cmd_compile(args) -> int:
+    if args.gantt:
+        require_gantt()
+    output = args.output or f"{Path(args.model).stem}.so"
+    model = _load_from_args(args)
+    target = parse_target(args.target)
+    options = _options_from(args)
+    ex, meta = compile_model(model, target, options=options)
+    save_artifact(ex, output, meta)
+    print(
+        f"compiled {model.name} for {meta['target']} ({meta['pass']}, "
+        f"{options.get('policy', 'wavefront')}) in {meta['compile_seconds']:.1f} s -> {output}"
+    )
+    plan = None
+    if args.report or args.gantt:
+        policy = options.get("policy", "wavefront")
+        plan = plan_policies(model, target, [policy], options)[policy]
+    if args.report:
+        doc = {**meta, "report": plan.report(), "plan": plan.to_dict()}
+        with open(args.report, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"report -> {args.report}")
+    if args.gantt:
+        require_gantt()(plan, args.gantt, title=f"{model.name}: {plan.policy}")
+        print(f"gantt chart -> {args.gantt}")
+    if args.emit_source:
+        written = emit_source(ex, model, args.emit_source)
+        print(f"sources -> {args.emit_source} ({', '.join(written)})")
+    return 0
+
+
+def emit_source(ex, model: LoadedModel, directory: str) -> list[str]:
+    """Write the imported Relax module, the VM program and the generated code (LLVM IR and
+    assembly, or CUDA source) of ``ex`` into ``directory``."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def write(name: str, text: str) -> None:
+        (out / name).write_text(text)
+        written.append(name)
+
+    write("input.relax.py", model.mod.script())
+    write("vm.txt", ex.as_text())
+    for i, lib in enumerate(ex.mod.imports):
+        kind = str(lib.kind)
+        formats = {"llvm": (("ll", "ll"), ("asm", "s")), "cuda": (("cu", "cu"), ("ptx", "ptx"))}
+        for fmt, ext in formats.get(kind, (("", kind),)):
+            try:
+                text = lib.inspect_source(fmt)
+            except Exception:  # a format this module kind cannot show
+                continue
+            if text:
+                write(f"module{i}.{ext}", text)
+        for j, sub in enumerate(lib.imports):
+            try:
+                text = sub.inspect_source("")
+            except Exception:
+                continue
+            if text:
+                ext = {"cuda": "cu"}.get(str(sub.kind), str(sub.kind))
+                write(f"module{i}_{j}.{ext}", text)
+    return written
+
+
+def cmd_run(args) -> int:
+    result = run_artifact(
+        args.artifact,
+        inputs=read_inputs(args.inputs),
+        fill_mode=args.fill_mode,
+        repeat=args.repeat,
+        number=args.number,
+        threads=args.threads,
+    )
+    if args.outputs:
+        save_outputs(args.outputs, result.outputs)
+    shapes = ", ".join(str(tuple(o.shape)) for o in result.outputs)
+    s = result.stats()
+    print(
+        f"ran {args.artifact} on {result.threads} thread(s): outputs {shapes}; "
+        f"median {s['median_ms']:.3f} ms (p10 {s['p10_ms']:.3f}, p90 {s['p90_ms']:.3f}) "
+        f"over {len(result.times_ms)} run(s)"
+    )
+    if args.outputs:
+        print(f"outputs -> {args.outputs}")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from ..schedule import policy_names
+
+    if args.gantt:
+        require_gantt()
+    model = _load_from_args(args)
+    target = parse_target(args.target)
+    options = _options_from(args, policy=False)
+    policies = args.policy or policy_names()
+    unknown = [p for p in policies if p not in policy_names()]
+    if unknown:
+        raise CLIError(f"unknown policy {unknown[0]!r}; choose from {', '.join(policy_names())}")
+    plans = plan_policies(model, target, policies, options)
+    reports = {p: plan.report() for p, plan in plans.items()}
+    first = next(iter(reports.values()))
+    title = (
+        f"{model.name} on {target_kind(target)} ({first['device']}), "
+        f"{first['veus']} vEUs of capacity {first['capacity']}"
+    )
+    print(format_report_table(title, reports))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {p: {"report": reports[p], "plan": plans[p].to_dict()} for p in plans}, f, indent=1
+            )
+        print(f"plans -> {args.json}")
+    if args.gantt:
+        policy = policies[0]
+        require_gantt()(plans[policy], args.gantt, title=f"{model.name}: {policy}")
+        print(f"gantt chart ({policy}) -> {args.gantt}")
+    return 0
+
+
+def find_harness() -> Path | None:
+    """``bench/harness.py`` of the source checkout this package runs from, if any."""
+    candidate = Path(__file__).resolve().parents[2] / "bench" / "harness.py"
+    return candidate if candidate.is_file() else None
+
+
+def cmd_bench(args) -> int:
+    import importlib.util
+
+    harness = find_harness()
+    if harness is None:
+        raise CLIError(
+            "the benchmark harness (bench/harness.py) ships with the source checkout only; "
+            "run tvm-rtask bench from an editable install"
+        )
+    spec = importlib.util.spec_from_file_location("tvm_rtask_bench_harness", harness)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rest = [a for a in args.harness_args if a != "--"]
+    return int(module.main(rest) or 0)
+
+
+def cmd_models(args) -> int:
+    from .. import models
+
+    for name in models.names():
+        print(f"{name:14s} {models.describe(name)}")
+    return 0
+
+
+def cmd_export_onnx(args) -> int:
+    import onnx
+
+    from .. import models
+
+    model = models.onnx_model(args.name, batch=args.batch, reduced=args.reduced, seed=args.seed)
+    output = args.output or f"{args.name}.onnx"
+    onnx.save(model, output)
+    if args.inputs:
+        np.savez(args.inputs, **models.sample_inputs(model, seed=args.seed + 1))
+    print(f"{args.name} -> {output}" + (f", sample inputs -> {args.inputs}" if args.inputs else ""))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Rammer-style persistent kernels for Apache TVM: compile, run, plan, bench.",
+    )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("compile", help="compile a model into persistent kernels")
+    _model_args(p)
+    _option_args(p)
+    p.add_argument("-o", "--output", help="artifact: .so (default MODEL.so) or .tar")
+    p.add_argument("--report", metavar="JSON", help="write the plan's report and plan here")
+    p.add_argument("--gantt", metavar="PNG", help="write a Gantt chart of the plan here")
+    p.add_argument("--emit-source", metavar="DIR", help="write Relax, VM and generated code here")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run a compiled artifact (.so or .tar)")
+    p.add_argument("artifact", metavar="ARTIFACT")
+    p.add_argument("-i", "--inputs", help=".npz of inputs by name (missing ones are filled)")
+    p.add_argument("-o", "--outputs", help="write the outputs here (.npz, output_0, ...)")
+    p.add_argument("--repeat", type=int, default=1, help="timed runs (default 1)")
+    p.add_argument("--number", type=int, default=1, help="calls per timed run (default 1)")
+    p.add_argument(
+        "--fill-mode",
+        choices=FILL_MODES,
+        default="random",
+        help="values of inputs not in --inputs (default random)",
+    )
+    p.add_argument("--threads", type=int, help="CPU threads (default: the artifact's vEUs)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("plan", help="plan a model and print a summary table (no build)")
+    _model_args(p)
+    p.add_argument(
+        "--policy", action="append", help="policy to plan (repeatable; default: all policies)"
+    )
+    _option_args(p, policy=False)
+    p.add_argument("--json", metavar="JSON", help="write the reports and plans here")
+    p.add_argument("--gantt", metavar="PNG", help="Gantt chart of the first policy's plan")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("tune", help="tune the operators with MetaSchedule into a database")
+    _model_args(p)
+    p.add_argument("--db", required=True, help="work directory of the tuning database")
+    p.add_argument("--trials", type=int, default=None, help="trials for the model (default 64)")
+    p.add_argument("--seconds", type=float, default=None, help="stop measuring after this")
+    p.add_argument("--trials-per-iter", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
+    p.add_argument("--num-cores", type=int, default=None, help="llvm: cores (default: all)")
+    p.add_argument("--fusion", default=None, help="fusion the model is compiled with")
+    p.add_argument("--all-ops", action="store_true", help="tune injective operators too")
+    p.add_argument("--tune-seed", type=int, default=0, help="seed of the search")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser(
+        "bench",
+        help="run the benchmark harness (bench/harness.py; see its --help)",
+        add_help=False,
+    )
+    p.set_defaults(func=cmd_bench, harness_args=[])
+
+    p = sub.add_parser("models", help="list the model zoo")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("export-onnx", help="write a zoo model as an .onnx file")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("-o", "--output", help="output .onnx (default NAME.onnx)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--reduced", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--inputs", metavar="NPZ", help="also write seeded sample inputs here")
+    p.set_defaults(func=cmd_export_onnx)
+    return parser
+
+
+def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> int:
+    """Parse, dispatch, and turn every expected failure into one line on stderr."""
+    # ``bench`` hands every argument after it to the harness, options included.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if getattr(args, "func", None) is not cmd_bench:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.harness_args = extra
+    from ..errors import RTaskError
+
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        if isinstance(err, (CLIError, RTaskError)):
+            message = first_line(err)
+        elif isinstance(err, (OSError, ValueError, KeyError)):
+            message = f"{type(err).__name__}: {first_line(err)}"
+        else:
+            message = f"{type(err).__name__}: {first_line(err)} (set {DEBUG_ENV}=1 for details)"
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``tvm-rtask`` console script."""
+    return run_main(build_parser(), argv, PROG)
