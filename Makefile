@@ -42,3 +42,11 @@ lint: venv
 
 clean:
 	rm -rf build dist $(STAMP)
+
+# The GPU kit (docs/gpu.md): on the GPU machine after `source .gpu/b/setup.sh` (no .venv
+# there: python3), here a dry run on llvm. `make gpu-check ARGS="--skip-bench"`.
+GPU_PY ?= $(if $(wildcard $(VPY)),$(VPY),python3)
+
+.PHONY: gpu-check
+gpu-check:
+	$(GPU_PY) bench/gpu_check.py $(ARGS)

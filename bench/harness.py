@@ -1,48 +1,80 @@
-"""Benchmark harness: every configuration of every model, one process per model.
+"""Benchmark harness: every configuration of every model, each result written as it is timed.
 
 Usage::
 
     python bench/harness.py --smoke                 # CI: tiny reduced models, few repeats, CPU
     python bench/harness.py                         # CPU, the full zoo (long)
-    python bench/harness.py --gpu                   # the GPU machine: target cuda
+    python bench/harness.py --gpu --deadline 500    # the GPU machine: target cuda, stop in time
     python bench/harness.py --models lstm_tc seq2seq --batch 1 4 --repeat 50
     tvm-rtask bench --smoke                         # the same, through the CLI
 
-For each model a worker process (``--worker``) imports the model once and, in that process,
-compiles each configuration, checks its outputs against ONNX Runtime (relative error
-< 1e-4; a configuration that disagrees is recorded with its error and not timed), warms up
-and times ``--repeat`` calls. Configurations:
+Records
+    Every (model, batch, configuration) becomes one JSON line of ``--results`` (default
+    ``<out-dir>/<date>-<device>.jsonl``), appended and flushed the moment it is known: a
+    run killed at any point keeps everything timed before. A record holds the model, the
+    configuration, ``compile_s`` (compile or load time; ``cached`` says which), the relative
+    error against the reference, and ``median_ms``, ``min_ms``, ``max_ms``, ``p10_ms``,
+    ``p90_ms``, ``mean_ms``, ``repeat`` (N) -- or ``error`` (failed, wrong result, timed
+    out, worker died) or ``skipped`` (a peer that is not installed here). Every run first
+    appends one ``{"type": "env"}`` line: device, driver, clocks, versions, date, source hash.
 
-=====================  =====================================================================
-``tvm_default``        ``tvm.compile`` of the imported module (TVM's default build)
-``tvm_cuda_graph``     the same with ``relax.backend.use_cuda_graph`` (cuda only)
-``sequential``         tvm-rtask, policy sequential ("RammerBase"), fine barriers
-``wavefront_fine``     tvm-rtask, Rammer's wavefront policy, fine (step-array) barriers
-``wavefront_global``   tvm-rtask, wavefront policy, global barriers between waves
-``<policy>``           every other registered policy (``ios``, ``opara``, ...), fine barriers;
-                       a policy whose name is taken above gets ``_policy`` appended
-``onnxruntime``        ONNX Runtime (CPU, or CUDA provider with ``--gpu``) if installed
-``torch_eager``        PyTorch eager, if torch and onnx2torch are installed
-``torch_compile``      ``torch.compile`` of the same, likewise
-=====================  =====================================================================
+Resume
+    A second run with the same ``--results`` skips every (model, batch, configuration)
+    already recorded (``--retry-failed`` runs the failed ones again, ``--fresh`` ignores
+    the file). Compiled executables are cached in ``--cache-dir`` (default
+    ``/tmp/tvm-rtask-cache``), keyed by model, batch, configuration, target and a hash of
+    the tvm_rtask source tree, so nothing compiles twice on one machine.
 
-Results go to ``<out-dir>/<date>-<device>.json`` shaped ``{"device", "versions", "models":
-[{"name", "batch", "configs": {name: {"median_ms", "p10_ms", "p90_ms", ...}}}]}`` (a config
-that failed has ``"error"`` instead of times; ``"skipped"`` lists peers that are not
-installed) and to a PNG of the medians beside it (``bench/plot.py``).
+Isolation
+    The configurations of one model run one after another in one worker process (so their
+    ratios are comparable), each under ``--timeout`` seconds. A configuration that raises is
+    recorded with its reason and the worker goes on; one that overruns its timeout, or kills
+    its worker, is recorded as such and a fresh worker continues with the next one. The TVM
+    configurations and the peers (PyTorch, ONNX Runtime) run in separate workers: Triton
+    and TVM both carry LLVM, which do not always share a process. ``--deadline`` stops
+    cleanly before the given number of seconds and lists what was not reached.
+
+Configurations (``--configs`` picks any of them by name)
+
+=================================  =================================================================
+``tvm_default``                    ``tvm.compile`` with TVM's default Relax pipeline for the target
+``tvm_cuda_graph``                 the same with ``relax.backend.use_cuda_graph`` (cuda only)
+``sequential``                     tvm-rtask, policy sequential ("RammerBase"), fine barriers
+``wavefront_fine``                 tvm-rtask, Rammer's wavefront policy, fine (step-array) barriers
+``wavefront_global``               tvm-rtask, wavefront, global barriers (llvm default set only)
+``ios``, ``opara``, ...            tvm-rtask, every other policy (cuda default set: ``ios`` only)
+``onnxruntime``                    ONNX Runtime (CPU; with ``--gpu`` the CUDA provider, if any)
+``torch_eager``                    PyTorch eager of the ONNX model through onnx2torch
+``torch_compile``                  ``torch.compile`` of the same (default mode)
+``torch_compile_max_autotune``     ``mode="max-autotune-no-cudagraphs"`` (cuda only)
+``torch_compile_reduce_overhead``  ``mode="reduce-overhead"`` (CUDA graphs; cuda only)
+=================================  =================================================================
+
+Every TVM and tvm-rtask configuration is checked against ``tvm_default``'s output (relative
+error < ``--tolerance``, 1e-4) before it is timed, the peers against the same reference with
+``--peer-tolerance`` (1e-3; TF32 is switched off in PyTorch); ``tvm_default`` itself is
+checked against ONNX Runtime on the CPU, which is also the reference when ``tvm_default``
+failed. A wrong result is an ``error`` record and is not timed. Timing: ``--warmup`` calls,
+then ``--repeat`` calls (fewer if they exceed ``--max-timing-s``), each followed by a device
+synchronisation (``dev.sync()``, ``torch.cuda.synchronize()``).
+
+At the end (and after every model) the records are gathered into ``<stem>.json`` (shaped
+``{"device", "versions", "models": [{"name", "batch", "configs": {name: {...}}}]}``),
+``<stem>.md`` (:func:`plot.markdown_table`) and ``<stem>.png`` (:func:`plot.plot_results`).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -50,8 +82,12 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 DEFAULT_OUT = HERE / "results"
+DEFAULT_CACHE = Path(os.environ.get("TVM_RTASK_BENCH_CACHE", "/tmp/tvm-rtask-cache"))
 TOLERANCE = 1e-4
+PEER_TOLERANCE = 1e-3
+TEST_CONFIGS_ENV = "TVM_RTASK_BENCH_TEST_CONFIGS"
 
 # --smoke: tiny reduced models (a few seconds to compile each configuration).
 SMOKE_MODELS = {
@@ -70,46 +106,215 @@ CPU_MODELS = [
     "inception_v3",
     "nasnet_cifar",
 ]
+# On the GPU, the cheapest CUDA builds first, so a short window times as many as it can.
+GPU_MODELS = [
+    "squeezenet",
+    "alexnet",
+    "bert_layer",
+    "resnext29",
+    "lstm_tc",
+    "seq2seq",
+    "deepspeech2",
+    "inception_v3",
+    "randwire",
+    "nasnet_cifar",
+]
 
 
 # -- configurations ---------------------------------------------------------------------------
-def configurations(target_kind: str) -> list[dict]:
-    """Each configuration: ``{"name", "kind": tvm|rtask|peer, "policy", "barrier", ...}``."""
+def _test_configs() -> list[dict]:
+    """Configurations that compile nothing, for the harness's own tests (``TEST_CONFIGS_ENV``)."""
+    behaviours = ["ok", "ok2", "fail", "wrong", "hang", "crash", "slow"]
+    return [{"name": f"test_{b}", "kind": "test", "behaviour": b} for b in behaviours]
+
+
+def all_configurations(target_kind: str) -> list[dict]:
+    """Every configuration known for the target, in running order.
+
+    Each is ``{"name", "kind": tvm|rtask|peer|test, ...}``; ``default`` says whether it is in
+    the set run when ``--configs`` is not given.
+    """
     from tvm_rtask.schedule import policy_names
 
+    gpu = target_kind == "cuda"
     policies = policy_names()
     configs = [{"name": "tvm_default", "kind": "tvm"}]
-    if target_kind == "cuda":
+    if gpu:
         configs.append({"name": "tvm_cuda_graph", "kind": "tvm", "cuda_graph": True})
-    taken = {c["name"] for c in configs}
     rtask = []
     if "sequential" in policies:
-        rtask.append(("sequential", "sequential", "fine"))
+        rtask.append(("sequential", "sequential", "fine", True))
     if "wavefront" in policies:
         rtask += [
-            ("wavefront_fine", "wavefront", "fine"),
-            ("wavefront_global", "wavefront", "global"),
+            ("wavefront_fine", "wavefront", "fine", True),
+            ("wavefront_global", "wavefront", "global", not gpu),
         ]
-    taken |= {name for name, _, _ in rtask}
+    taken = {c["name"] for c in configs} | {name for name, *_ in rtask}
     for policy in policies:
         if policy in ("sequential", "wavefront"):
             continue
         name = policy if policy not in taken else f"{policy}_policy"
-        rtask.append((name, policy, "fine"))
+        rtask.append((name, policy, "fine", not gpu or policy == "ios"))
         taken.add(name)
-    configs += [{"name": n, "kind": "rtask", "policy": p, "barrier": b} for n, p, b in rtask]
+    configs += [
+        {"name": n, "kind": "rtask", "policy": p, "barrier": b, "default": d}
+        for n, p, b, d in rtask
+    ]
     configs += [
         {"name": "onnxruntime", "kind": "peer"},
-        {"name": "torch_eager", "kind": "peer"},
-        {"name": "torch_compile", "kind": "peer"},
+        {"name": "torch_eager", "kind": "peer", "torch_mode": "eager"},
+        {"name": "torch_compile", "kind": "peer", "torch_mode": "default"},
     ]
+    if gpu:
+        configs += [
+            {
+                "name": "torch_compile_max_autotune",
+                "kind": "peer",
+                "torch_mode": "max-autotune-no-cudagraphs",
+            },
+            {
+                "name": "torch_compile_reduce_overhead",
+                "kind": "peer",
+                "torch_mode": "reduce-overhead",
+            },
+        ]
+    if os.environ.get(TEST_CONFIGS_ENV):
+        configs += [{**c, "default": False} for c in _test_configs()]
+    for c in configs:
+        c.setdefault("default", True)
     return configs
 
 
+def configurations(target_kind: str, names: list[str] | None = None) -> list[dict]:
+    """The configurations to run: the default set, or ``names`` (in running order)."""
+    known = all_configurations(target_kind)
+    if not names:
+        return [c for c in known if c["default"]]
+    unknown = sorted(set(names) - {c["name"] for c in known})
+    if unknown:
+        raise ValueError(
+            f"unknown configuration(s) {', '.join(unknown)} for {target_kind}; known: "
+            f"{', '.join(c['name'] for c in known)}"
+        )
+    return [c for c in known if c["name"] in names]
+
+
+def worker_group(config: dict) -> str:
+    """Configurations of one group share a worker process: TVM ones, and the peers apart."""
+    return "peer" if config["kind"] == "peer" else "tvm"
+
+
+# -- records ----------------------------------------------------------------------------------
+def model_id(name: str, batch: int, reduced: bool, overrides: dict) -> str:
+    variant = "reduced" if reduced else "full"
+    if overrides:
+        variant += "+" + ",".join(f"{k}={overrides[k]}" for k in sorted(overrides))
+    return f"{name}|b{batch}|{variant}"
+
+
+def record_key(target_kind: str, mid: str, config_name: str) -> str:
+    return f"{target_kind}|{mid}|{config_name}"
+
+
+def append_record(path: str | Path, record: dict) -> None:
+    """One JSON line, flushed and synced: it survives the process being killed next."""
+    line = json.dumps(record, default=_json_default) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _json_default(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return str(value)
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """Every complete JSON line of a results file (a line cut by a kill is ignored)."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict):
+                    out.append(rec)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def recorded_keys(path: str | Path, retry_failed: bool = False) -> set[str]:
+    keys = set()
+    for rec in read_records(path):
+        if rec.get("type") != "result" or "key" not in rec:
+            continue
+        if retry_failed and "error" in rec:
+            continue
+        keys.add(rec["key"])
+    return keys
+
+
+def results_document(records: list[dict]) -> dict:
+    """The records of a results file gathered per (model, batch): the shape ``plot.py`` and
+    older results use. The last record of a key wins (a retried configuration)."""
+    envs = [r for r in records if r.get("type") == "env"]
+    env = envs[-1] if envs else {}
+    doc = {k: v for k, v in env.items() if k != "type"}
+    doc.setdefault("device", "unknown")
+    doc["runs"] = len(envs)
+    models: dict[str, dict] = {}
+    for rec in records:
+        if rec.get("type") != "result":
+            continue
+        mid = rec.get("model_id") or model_id(
+            rec["model"], rec["batch"], rec.get("reduced", False), rec.get("overrides", {})
+        )
+        group = models.setdefault(
+            mid,
+            {
+                "name": rec["model"],
+                "batch": rec["batch"],
+                "reduced": rec.get("reduced", False),
+                "overrides": rec.get("overrides", {}),
+                "configs": {},
+                "skipped": {},
+            },
+        )
+        name = rec["config"]
+        if "skipped" in rec:
+            group["skipped"][name] = rec["skipped"]
+            group["configs"].pop(name, None)
+            continue
+        group["skipped"].pop(name, None)
+        group["configs"][name] = {
+            k: v
+            for k, v in rec.items()
+            if k not in ("type", "key", "model", "batch", "reduced", "overrides", "model_id")
+        }
+    for group in models.values():
+        configs = group["configs"]
+        for base in ("tvm_default", "tvm_cuda_graph"):
+            ms = configs.get(base, {}).get("median_ms")
+            if ms:
+                for entry in configs.values():
+                    if "median_ms" in entry:
+                        entry[f"ratio_to_{base}"] = entry["median_ms"] / ms
+    doc["models"] = list(models.values())
+    return doc
+
+
+# -- measuring --------------------------------------------------------------------------------
 def _stats(samples_ms: list[float]) -> dict:
     p10, p50, p90 = np.percentile(samples_ms, [10, 50, 90])
     return {
         "median_ms": float(p50),
+        "min_ms": float(np.min(samples_ms)),
+        "max_ms": float(np.max(samples_ms)),
         "p10_ms": float(p10),
         "p90_ms": float(p90),
         "mean_ms": float(np.mean(samples_ms)),
@@ -117,226 +322,494 @@ def _stats(samples_ms: list[float]) -> dict:
     }
 
 
-def _time(fn, warmup: int, repeat: int, sync=None) -> dict:
+def time_calls(fn, warmup: int, repeat: int, sync=None, max_seconds: float | None = None) -> dict:
+    """Warm-up, then ``repeat`` calls, each timed up to its device synchronisation; stops
+    early (at least 3 samples) once ``max_seconds`` of timing have passed."""
     for _ in range(warmup):
         fn()
     if sync:
         sync()
     samples = []
+    begin = time.perf_counter()
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         if sync:
             sync()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return _stats(samples)
+        end = time.perf_counter()
+        samples.append((end - start) * 1e3)
+        if max_seconds is not None and len(samples) >= 3 and end - begin > max_seconds:
+            break
+    out = _stats(samples)
+    out["warmup"] = warmup
+    return out
 
 
-def _flatten(result) -> list[np.ndarray]:
+def to_numpy_list(result) -> list[np.ndarray]:
+    """Outputs of TVM, PyTorch or ONNX Runtime as host numpy arrays, flattened in order.
+
+    Torch tensors are tested first: they also have ``.numpy()``, which refuses CUDA tensors
+    (``.detach().cpu().numpy()`` brings them to the host).
+    """
+    if hasattr(result, "detach") and hasattr(result, "cpu"):
+        return [result.detach().cpu().numpy()]
     if hasattr(result, "numpy"):
         return [result.numpy()]
-    if isinstance(result, (list, tuple)):
+    if isinstance(result, (list, tuple)) or type(result).__name__ in ("Array", "Tuple"):
         out = []
         for r in result:
-            out.extend(_flatten(r))
+            out.extend(to_numpy_list(r))
         return out
-    if hasattr(result, "detach"):  # torch tensor
-        return [result.detach().cpu().numpy()]
     return [np.asarray(result)]
 
 
-def _max_error(actual, expected) -> float:
-    from tvm_rtask.testing.onnx_light import relative_error
-
+def max_relative_error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
+    """max over outputs of max|a - e| / max|e|; inf when counts or shapes differ or a value
+    is not finite."""
     if len(actual) != len(expected):
         return float("inf")
-    return max(relative_error(a, e) for a, e in zip(actual, expected, strict=True))
-
-
-# -- one configuration ------------------------------------------------------------------------
-def _tvm_runner(config, mod, target, inputs, threads):
-    import tvm
-    from tvm import relax
-
-    import tvm_rtask
-    from tvm_rtask.runtime import set_num_threads
-
-    start = time.perf_counter()
-    if config["kind"] == "rtask":
-        kw = {"num_veu": threads} if target.kind.name == "llvm" else {}
-        ex = tvm_rtask.compile(
-            mod, target, policy=config["policy"], barrier=config["barrier"], **kw
-        )
-    elif config.get("cuda_graph"):
-        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
-            ex = tvm.compile(mod, target=target)
-    else:
-        ex = tvm.compile(mod, target=target)
-    compile_s = time.perf_counter() - start
-    if target.kind.name == "llvm":
-        set_num_threads(threads)
-        dev = tvm.cpu()
-    else:
-        dev = tvm.cuda(0)
-    vm = relax.VirtualMachine(ex, dev)
-    args = [tvm.runtime.tensor(v, dev) for v in inputs.values()]
-    return (
-        (lambda: vm["main"](*args)),
-        compile_s,
-        (dev.sync if target.kind.name == "cuda" else None),
-    )
-
-
-def _onnxruntime_runner(model, inputs, gpu: bool, threads: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    providers = ["CUDAExecutionProvider"] if gpu else ["CPUExecutionProvider"]
-    if gpu and "CUDAExecutionProvider" not in ort.get_available_providers():
-        raise RuntimeError("onnxruntime has no CUDAExecutionProvider here")
-    start = time.perf_counter()
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
-    return (lambda: session.run(None, inputs)), time.perf_counter() - start, None
-
-
-def _torch_runner(model, inputs, gpu: bool, compiled: bool, threads: int):
-    import torch
-    from onnx2torch import convert
-
-    torch.set_num_threads(threads)
-    device = "cuda" if gpu else "cpu"
-    start = time.perf_counter()
-    module = convert(model).eval().to(device)
-    if compiled:
-        module = torch.compile(module)
-    args = [torch.from_numpy(v).to(device) for v in inputs.values()]
-
-    def call():
-        with torch.no_grad():
-            return module(*args)
-
-    call()  # torch.compile compiles on the first call
-    sync = torch.cuda.synchronize if gpu else None
-    return call, time.perf_counter() - start, sync
-
-
-def _peer_missing(name: str) -> str | None:
-    import importlib.util
-
-    needs = {"onnxruntime": ["onnxruntime"], "torch_eager": ["torch", "onnx2torch"]}
-    needs["torch_compile"] = needs["torch_eager"]
-    missing = [m for m in needs[name] if importlib.util.find_spec(m) is None]
-    return f"not installed: {', '.join(missing)}" if missing else None
-
-
-def bench_model(
-    name: str,
-    batch: int,
-    reduced: bool,
-    overrides: dict,
-    target_kind: str,
-    threads: int,
-    warmup: int,
-    repeat: int,
-    only: list[str] | None = None,
-) -> dict:
-    """All configurations of one model in this process."""
-    import tvm_rtask.models as zoo
-    from tvm_rtask import frontend
-    from tvm_rtask.relax_passes import as_target
-    from tvm_rtask.testing.onnx_light import onnxruntime_outputs
-
-    model = zoo.onnx_model(name, batch=batch, reduced=reduced, **overrides)
-    inputs = zoo.sample_inputs(model)
-    reference = onnxruntime_outputs(model, inputs)
-    mod = frontend.load(model)
-    target = as_target(target_kind)
-    gpu = target_kind == "cuda"
-    result = {
-        "name": name,
-        "batch": batch,
-        "reduced": reduced,
-        "overrides": overrides,
-        "configs": {},
-        "skipped": {},
-    }
-    try:
-        import tvm_rtask
-
-        policy = "wavefront"
-        kw = {"num_veu": threads} if not gpu else {}
-        result["wavefront_report"] = tvm_rtask.plan(mod, target, policy=policy, **kw).report()
-    except Exception as err:  # the plan is informative; a failure is recorded, not fatal
-        result["wavefront_report"] = {"error": _one_line(err)}
-    for config in configurations(target_kind):
-        cname = config["name"]
-        if only and cname not in only:
+    worst = 0.0
+    for a, e in zip(actual, expected, strict=True):
+        a = np.asarray(a)
+        e = np.asarray(e)
+        if a.shape != e.shape or not np.isfinite(a).all():
+            return float("inf")
+        if not e.size:
             continue
-        entry = {k: v for k, v in config.items() if k in ("kind", "policy", "barrier")}
-        if config["kind"] == "peer":
-            why = _peer_missing(cname)
-            if why:
-                result["skipped"][cname] = why
-                continue
-        try:
-            if config["kind"] == "peer" and cname == "onnxruntime":
-                fn, compile_s, sync = _onnxruntime_runner(model, inputs, gpu, threads)
-            elif config["kind"] == "peer":
-                compiled = cname == "torch_compile"
-                fn, compile_s, sync = _torch_runner(model, inputs, gpu, compiled, threads)
-            else:
-                fn, compile_s, sync = _tvm_runner(config, mod, target, inputs, threads)
-            error = _max_error(_flatten(fn()), reference)
-            entry.update(compile_s=round(compile_s, 3), rel_error=error)
-            if not error < TOLERANCE:
-                entry["error"] = f"relative error {error:.3g} against ONNX Runtime"
-            else:
-                entry.update(_time(fn, warmup, repeat, sync))
-        except Exception as err:
-            entry["error"] = _one_line(err)
-            if os.environ.get("TVM_RTASK_DEBUG"):
-                traceback.print_exc()
-        result["configs"][cname] = entry
-        shown = (
-            f"median {entry['median_ms']:9.3f} ms (p10 {entry['p10_ms']:.3f}, "
-            f"p90 {entry['p90_ms']:.3f})"
-            if "median_ms" in entry
-            else f"FAILED: {entry['error']}"
-        )
-        print(f"{name:14s} b{batch:<3d} {cname:22s} {shown}", flush=True)
-    base = result["configs"].get("tvm_default", {}).get("median_ms")
-    if base:
-        for entry in result["configs"].values():
-            if "median_ms" in entry:
-                entry["ratio_to_tvm_default"] = entry["median_ms"] / base
-    return result
+        scale = float(np.max(np.abs(e)))
+        diff = float(np.max(np.abs(a.astype(np.float64) - e)))
+        worst = max(worst, diff / scale if scale else diff)
+    return worst
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     text = (lines[-1] if lines and lines[0].startswith("Traceback") else lines[0]) if lines else ""
     return f"{type(err).__name__}: {text}"[:500]
 
 
+def source_hash() -> str:
+    """sha256 of the tvm_rtask package and native sources that this harness runs with."""
+    digest = hashlib.sha256()
+    try:
+        import tvm_rtask
+
+        pkg = Path(tvm_rtask.__file__).resolve().parent
+    except ImportError:
+        pkg = ROOT / "tvm_rtask"
+    roots = [pkg, pkg.parent / "src"]
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".cc", ".c", ".h", ".cpp") and path.is_file():
+                digest.update(str(path.relative_to(root.parent)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class ArtifactCache:
+    """Compiled executables on the machine's disk, one ``.so`` + ``.json`` per key.
+
+    The key covers the model, batch, variant, configuration, target, TVM version and the
+    tvm_rtask source hash, so an edited source never reuses an old build.
+    """
+
+    def __init__(self, root: str | Path | None, salt: str):
+        self.root = Path(root) if root else None
+        self.salt = salt
+        if self.root:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def key(self, *parts) -> str:
+        text = json.dumps([self.salt, *parts], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def load(self, key: str):
+        """``(runtime module, metadata)`` or None."""
+        if not self.root:
+            return None
+        lib, meta = self.root / f"{key}.so", self.root / f"{key}.json"
+        if not (lib.is_file() and meta.is_file()):
+            return None
+        import tvm
+
+        try:
+            return tvm.runtime.load_module(str(lib)), json.loads(meta.read_text())
+        except Exception:
+            return None
+
+    def store(self, key: str, executable, meta: dict, rtask: bool) -> str | None:
+        """Export ``executable``; returns None, or why it could not be cached."""
+        if not self.root:
+            return None
+        lib = self.root / f"{key}.so"
+        tmp = self.root / f".{key}.{os.getpid()}.so"
+        try:
+            if rtask:
+                from tvm_rtask.runtime import export_library
+
+                export_library(executable, str(tmp))
+            else:
+                executable.export_library(str(tmp))
+            os.replace(tmp, lib)
+            (self.root / f"{key}.json").write_text(json.dumps(meta))
+            return None
+        except Exception as err:
+            tmp.unlink(missing_ok=True)
+            return one_line(err)
+
+    def ref_path(self, key: str) -> Path | None:
+        return self.root / "refs" / f"{key}.npz" if self.root else None
+
+
+# -- one configuration ------------------------------------------------------------------------
+def cuda_target(arch: str | None = None):
+    import tvm
+
+    if arch is None:
+        dev = tvm.cuda(0)
+        arch = "sm_" + dev.compute_version.replace(".", "") if dev.exist else "sm_90"
+    return tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
+
+
+def make_target(target_kind: str):
+    import tvm
+
+    return cuda_target() if target_kind == "cuda" else tvm.target.Target({"kind": "llvm"})
+
+
+class ModelContext:
+    """What the configurations of one model share in a worker."""
+
+    def __init__(self, spec: dict):
+        import tvm_rtask.models as zoo
+
+        self.spec = spec
+        self.gpu = spec["target"] == "cuda"
+        self.model = zoo.onnx_model(
+            spec["model"], batch=spec["batch"], reduced=spec["reduced"], **spec["overrides"]
+        )
+        self.inputs = zoo.sample_inputs(self.model)
+        self._mod = None
+        self.cache = ArtifactCache(spec.get("cache_dir"), spec["source_hash"])
+        self.ref_key = self.cache.key("reference", spec["target"], spec["model_id"])
+        self._ort = None
+        self.reference, self.reference_name = self._saved_reference()
+
+    @property
+    def mod(self):
+        if self._mod is None:
+            from tvm_rtask import frontend
+
+            self._mod = frontend.load(self.model)
+        return self._mod
+
+    def ort_outputs(self) -> list[np.ndarray]:
+        if self._ort is None:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            session = ort.InferenceSession(
+                self.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+            self._ort = [np.asarray(o) for o in session.run(None, self.inputs)]
+        return self._ort
+
+    def _saved_reference(self):
+        path = self.cache.ref_path(self.ref_key)
+        if path and path.is_file():
+            with np.load(path) as data:
+                return [data[f"out{i}"] for i in range(len(data.files))], "tvm_default"
+        return None, None
+
+    def save_reference(self, outputs: list[np.ndarray]) -> None:
+        self.reference, self.reference_name = outputs, "tvm_default"
+        path = self.cache.ref_path(self.ref_key)
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.npz")
+            np.savez(tmp, **{f"out{i}": o for i, o in enumerate(outputs)})
+            os.replace(tmp, path)
+
+    def expected(self) -> tuple[list[np.ndarray], str]:
+        if self.reference is not None:
+            return self.reference, self.reference_name
+        return self.ort_outputs(), "onnxruntime_cpu"
+
+
+def _tvm_runner(config: dict, ctx: ModelContext, entry: dict):
+    import tvm
+    from tvm import relax
+
+    spec = ctx.spec
+    target = make_target(spec["target"])
+    options = {}
+    if config["kind"] == "rtask":
+        options = {"policy": config["policy"], "barrier": config["barrier"]}
+        if not ctx.gpu:
+            options["num_veu"] = spec["threads"]
+    key = ctx.cache.key(spec["model_id"], str(target), config, options, tvm.__version__)
+    cached = ctx.cache.load(key)
+    if cached is not None:
+        start = time.perf_counter()
+        ex, meta = cached
+        entry.update(cached=True, compile_s=meta.get("compile_s"))
+    else:
+        mod = ctx.mod  # imported once per model, not part of any configuration's compile time
+        start = time.perf_counter()
+        if config["kind"] == "rtask":
+            import tvm_rtask
+
+            ex = tvm_rtask.compile(mod, target, **options)
+        elif config.get("cuda_graph"):
+            with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+                ex = tvm.compile(mod, target=target)
+        else:
+            ex = tvm.compile(mod, target=target)
+        compile_s = time.perf_counter() - start
+        entry.update(cached=False, compile_s=round(compile_s, 3))
+        why = ctx.cache.store(
+            key, ex, {"compile_s": round(compile_s, 3)}, config["kind"] == "rtask"
+        )
+        if why:
+            entry["cache_error"] = why
+    if ctx.gpu:
+        dev = tvm.cuda(0)
+    else:
+        from tvm_rtask.runtime import set_num_threads
+
+        set_num_threads(spec["threads"])
+        dev = tvm.cpu()
+    vm = relax.VirtualMachine(ex, dev)
+    entry["load_s"] = round(time.perf_counter() - start, 3) if cached is not None else None
+    args = [tvm.runtime.tensor(v, dev) for v in ctx.inputs.values()]
+    return (lambda: vm["main"](*args)), (dev.sync if ctx.gpu else None)
+
+
+def _onnxruntime_runner(ctx: ModelContext, entry: dict):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = ctx.spec["threads"]
+    providers = ["CPUExecutionProvider"]
+    if ctx.gpu:
+        available = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in available:
+            raise _Skip(
+                f"onnxruntime has no CUDAExecutionProvider here (providers: {', '.join(available)})"
+            )
+        providers = ["CUDAExecutionProvider"]
+    start = time.perf_counter()
+    session = ort.InferenceSession(ctx.model.SerializeToString(), options, providers=providers)
+    entry.update(compile_s=round(time.perf_counter() - start, 3), cached=False)
+    return (lambda: session.run(None, ctx.inputs)), None
+
+
+def _torch_runner(config: dict, ctx: ModelContext, entry: dict):
+    import importlib.util
+
+    for needed in ("torch", "onnx2torch"):
+        if importlib.util.find_spec(needed) is None:
+            raise _Skip(f"{needed} not installed")
+    import torch
+    from onnx2torch import convert
+
+    if ctx.gpu and not torch.cuda.is_available():
+        raise _Skip("torch sees no CUDA device")
+    torch.set_num_threads(ctx.spec["threads"])
+    # Plain float32 arithmetic, as TVM's: no TF32 in convolutions or matmuls.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device = "cuda" if ctx.gpu else "cpu"
+    mode = config["torch_mode"]
+    start = time.perf_counter()
+    module = convert(ctx.model).eval().to(device)
+    if mode != "eager":
+        module = torch.compile(module, mode=None if mode == "default" else mode)
+    args = [torch.from_numpy(np.ascontiguousarray(v)).to(device) for v in ctx.inputs.values()]
+    mark_step = (
+        getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+        if mode == "reduce-overhead"
+        else None
+    )
+
+    def call():
+        if mark_step:
+            mark_step()
+        with torch.inference_mode():
+            return module(*args)
+
+    sync = torch.cuda.synchronize if ctx.gpu else None
+    call()  # torch.compile compiles on the first call
+    if sync:
+        sync()
+    entry.update(compile_s=round(time.perf_counter() - start, 3), cached=False)
+    return call, sync
+
+
+class _Skip(Exception):
+    """A peer that cannot run here: recorded as ``skipped`` with the reason, not an error."""
+
+
+def _test_runner(config: dict, ctx: ModelContext, entry: dict):
+    behaviour = config["behaviour"]
+    expected, _ = ctx.expected()
+    entry.update(compile_s=0.0, cached=False)
+    if behaviour == "fail":
+        raise RuntimeError("injected failure")
+    if behaviour == "hang":
+        time.sleep(3600)
+    if behaviour == "crash":
+        sys.stdout.flush()
+        os._exit(70)
+    if behaviour == "slow":
+        time.sleep(float(os.environ.get("TVM_RTASK_BENCH_TEST_SLOW_S", "2")))
+    outputs = [e * 2 + 1 for e in expected] if behaviour == "wrong" else list(expected)
+    return (lambda: outputs), None
+
+
+def run_config(config: dict, ctx: ModelContext) -> dict:
+    """Compile, check and time one configuration; the record's measurement fields."""
+    entry = {k: config[k] for k in ("kind", "policy", "barrier", "torch_mode") if k in config}
+    started = time.perf_counter()
+    try:
+        if config["kind"] == "test":
+            fn, sync = _test_runner(config, ctx, entry)
+        elif config["name"] == "onnxruntime":
+            fn, sync = _onnxruntime_runner(ctx, entry)
+        elif config["kind"] == "peer":
+            fn, sync = _torch_runner(config, ctx, entry)
+        else:
+            fn, sync = _tvm_runner(config, ctx, entry)
+        outputs = to_numpy_list(fn())
+        if config["name"] == "tvm_default":
+            expected, reference = ctx.ort_outputs(), "onnxruntime_cpu"
+        else:
+            expected, reference = ctx.expected()
+        tolerance = (
+            ctx.spec["peer_tolerance"] if config["kind"] == "peer" else ctx.spec["tolerance"]
+        )
+        error = max_relative_error(outputs, expected)
+        entry.update(rel_error=error, reference=reference, tolerance=tolerance)
+        if not error < tolerance:
+            entry["error"] = f"wrong result: relative error {error:.3g} against {reference}"
+        else:
+            if config["name"] == "tvm_default":
+                ctx.save_reference(outputs)
+            entry.update(
+                time_calls(
+                    fn, ctx.spec["warmup"], ctx.spec["repeat"], sync, ctx.spec["max_timing_s"]
+                )
+            )
+    except _Skip as why:
+        entry["skipped"] = str(why)
+    except Exception as err:
+        entry["error"] = one_line(err)
+        traceback.print_exc()
+    entry["elapsed_s"] = round(time.perf_counter() - started, 3)
+    return entry
+
+
+# -- worker process ---------------------------------------------------------------------------
+def _write_status(path: str, **status) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({**status, "t": time.time()}, f)
+    os.replace(tmp, path)
+
+
+def base_record(spec: dict, config_name: str) -> dict:
+    return {
+        "type": "result",
+        "key": record_key(spec["target"], spec["model_id"], config_name),
+        "model_id": spec["model_id"],
+        "model": spec["model"],
+        "batch": spec["batch"],
+        "reduced": spec["reduced"],
+        "overrides": spec["overrides"],
+        "target": spec["target"],
+        "config": config_name,
+    }
+
+
+def run_worker(spec_path: str) -> int:
+    """Run the configurations of ``spec`` one after another, appending each record."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    known = {c["name"]: c for c in all_configurations(spec["target"])}
+    _write_status(spec["status"], config=None, phase="setup")
+    try:
+        ctx = ModelContext(spec)
+    except Exception as err:
+        traceback.print_exc()
+        for name in spec["configs"]:
+            rec = base_record(spec, name)
+            rec["error"] = f"model setup failed: {one_line(err)}"
+            append_record(spec["results"], rec)
+        return 0
+    for name in spec["configs"]:
+        if time.time() > spec["deadline"]:
+            break
+        _write_status(spec["status"], config=name, phase="run")
+        print(f"[worker] {spec['model_id']} {name} ...", flush=True)
+        entry = run_config(known[name], ctx)
+        rec = base_record(spec, name)
+        rec.update(entry)
+        rec["date"] = datetime.datetime.now().isoformat(timespec="seconds")
+        append_record(spec["results"], rec)
+    _write_status(spec["status"], config=None, phase="done")
+    return 0
+
+
 # -- driver -----------------------------------------------------------------------------------
+def _run(cmd: list[str], timeout: float = 30) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def gpu_info() -> dict:
+    """Name, driver, clocks and memory of GPU 0 from nvidia-smi; nvcc's version."""
+    fields = [
+        "name",
+        "driver_version",
+        "clocks.max.sm",
+        "clocks.sm",
+        "memory.total",
+        "compute_cap",
+        "pci.bus_id",
+    ]
+    info = {}
+    out = _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"])
+    if out:
+        values = [v.strip() for v in out.splitlines()[0].split(",")]
+        info.update(dict(zip(fields, values, strict=False)))
+    nvcc = _run(["nvcc", "--version"]) or _run(["/usr/local/cuda/bin/nvcc", "--version"])
+    if nvcc:
+        info["nvcc"] = nvcc.splitlines()[-1]
+    return info
+
+
 def device_name(target_kind: str, threads: int) -> str:
     if target_kind == "cuda":
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-            if out.returncode == 0 and out.stdout.strip():
-                return out.stdout.strip().splitlines()[0]
-        except (OSError, subprocess.SubprocessError):
-            pass
-        return "cuda"
-    from tvm_rtask.runtime.profiler import cpu_model_name
-
+        return gpu_info().get("name", "cuda")
     return f"{cpu_model_name()}, {threads} threads"
+
+
+def cpu_model_name() -> str:
+    """From /proc/cpuinfo (without importing TVM: the driver process stays light)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
 
 
 def versions() -> dict:
@@ -360,141 +833,339 @@ def versions() -> dict:
     return out
 
 
+def environment(target_kind: str, threads: int, args) -> dict:
+    env = {
+        "type": "env",
+        "device": device_name(target_kind, threads),
+        "target": target_kind,
+        "mode": ("smoke-" if args.smoke else "") + ("gpu" if target_kind == "cuda" else "cpu"),
+        "threads": threads,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "versions": versions(),
+        "source_hash": source_hash(),
+        "warmup": args.warmup,
+        "repeat": args.repeat,
+        "timeout_s": args.timeout,
+    }
+    if target_kind == "cuda":
+        env["gpu"] = gpu_info()
+    commit = _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
+    if commit:
+        env["commit"] = commit
+    return env
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60] or "device"
 
 
-def run_worker(args) -> int:
-    overrides = json.loads(args.overrides or "{}")
-    only = args.configs or None
-    results = [
-        bench_model(
-            args.worker,
-            b,
-            args.reduced,
-            overrides,
-            args.target,
-            args.threads,
-            args.warmup,
-            args.repeat,
-            only,
+def _kill(proc: subprocess.Popen) -> None:
+    """The worker and everything it started (nvcc, compile threads): its process group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _tail(path: Path, since: int = 0, lines: int = 3) -> str:
+    """The last lines a worker wrote to its log (from byte ``since``): why it died."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(since, f.seek(0, os.SEEK_END) - 8000))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("[worker]")]
+    return " | ".join(kept[-lines:])[:600]
+
+
+class Runner:
+    """Runs the workers of one harness invocation and keeps the results file up to date."""
+
+    def __init__(self, args, target_kind: str, results: Path, deadline: float):
+        self.args = args
+        self.target_kind = target_kind
+        self.results = results
+        self.deadline = deadline
+        self.logs = results.parent / f"{results.stem}.logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.not_reached: list[str] = []
+        self.printed = len(read_records(results))
+
+    def _print_new(self) -> None:
+        records = read_records(self.results)
+        for rec in records[self.printed :]:
+            if rec.get("type") == "result":
+                print(describe_record(rec), flush=True)
+        self.printed = len(records)
+
+    def run_group(self, spec: dict, todo: list[str]) -> None:
+        mid = spec["model_id"]
+        tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec['model_id']}-{spec['group']}")
+        log = self.logs / f"{tag}.log"
+        spec_path = self.logs / f"{tag}.spec.json"
+        status_path = self.logs / f"{tag}.status.json"
+        while todo:
+            if time.time() > self.deadline - self.args.min_start_s:
+                self.not_reached += [f"{spec['model_id']} {c}" for c in todo]
+                return
+            spec = {**spec, "configs": todo, "status": str(status_path)}
+            spec["deadline"] = self.deadline
+            spec_path.write_text(json.dumps(spec))
+            if status_path.exists():
+                status_path.unlink()
+            with open(log, "ab") as out:
+                log_start = out.tell()
+                proc = subprocess.Popen(
+                    [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    cwd=str(ROOT),
+                )
+                failed, why = self._watch(proc, status_path, spec)
+            self._print_new()
+            done = recorded_keys(self.results)
+
+            def key(name: str, mid: str = mid) -> str:
+                return record_key(self.target_kind, mid, name)
+
+            if failed and key(failed) not in done:
+                if why == "deadline":
+                    self.not_reached += [
+                        f"{spec['model_id']} {c}" for c in todo if key(c) not in done
+                    ]
+                    return
+                rec = base_record(spec, failed)
+                if why == "exit":
+                    code = proc.returncode
+                    rec["error"] = f"worker died (status {code}) during this configuration"
+                    tail = _tail(log, log_start)
+                    if tail:
+                        rec["error"] += f": {tail}"
+                else:
+                    rec["error"] = why
+                rec["date"] = datetime.datetime.now().isoformat(timespec="seconds")
+                append_record(self.results, rec)
+                self._print_new()
+                done.add(key(failed))
+            remaining = [c for c in todo if key(c) not in done]
+            if remaining == todo:  # no progress and nothing to blame: do not loop
+                self.not_reached += [
+                    f"{spec['model_id']} {c} (worker made no progress)" for c in todo
+                ]
+                return
+            todo = remaining
+
+    def _watch(self, proc, status_path: Path, spec: dict) -> tuple[str | None, str | None]:
+        """Wait for the worker; kill it when a configuration overruns its timeout or the
+        deadline comes. Returns ``(configuration at fault, why)``; ``(None, None)`` when
+        the worker finished by itself after recording everything it started."""
+        current, since = "<setup>", time.time()
+        while True:
+            try:
+                proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                status = json.loads(status_path.read_text())
+                name = status.get("config") or ("<setup>" if status["phase"] == "setup" else None)
+                if name != current:
+                    current, since = name, status["t"]
+            except (OSError, ValueError, KeyError):
+                pass
+            self._print_new()
+            if proc.returncode is not None:
+                if proc.returncode == 0 and current in (None, "<setup>"):
+                    return None, None
+                blamed = current if current not in (None, "<setup>") else spec["configs"][0]
+                if current == "<setup>" and proc.returncode != 0:
+                    return self._setup_failed(spec, proc.returncode)
+                return blamed, "exit"
+            now = time.time()
+            if now > self.deadline:
+                _kill(proc)
+                return (current if current != "<setup>" else spec["configs"][0]), "deadline"
+            limit = self.args.setup_timeout if current == "<setup>" else self.args.timeout
+            if current is not None and now - since > limit:
+                _kill(proc)
+                if current == "<setup>":
+                    return self._setup_failed(spec, None)
+                return current, f"timed out after {self.args.timeout} s (worker killed)"
+
+    def _setup_failed(self, spec: dict, code: int | None) -> tuple[None, None]:
+        why = (
+            f"model setup timed out after {self.args.setup_timeout} s"
+            if code is None
+            else f"worker died (status {code}) while loading the model"
         )
-        for b in args.batch
-    ]
-    with open(args.json, "w") as f:
-        json.dump(results, f)
-    return 0
+        for name in spec["configs"]:
+            rec = base_record(spec, name)
+            rec["error"] = why
+            append_record(self.results, rec)
+        return None, None
 
 
-def main(argv: list[str] | None = None) -> int:
+def describe_record(rec: dict) -> str:
+    head = f"{rec['model']:14s} b{rec['batch']:<3d} {rec['config']:30s}"
+    if "median_ms" in rec:
+        cached = " cached" if rec.get("cached") else ""
+        return (
+            f"{head} median {rec['median_ms']:9.3f} ms (min {rec['min_ms']:.3f}, max "
+            f"{rec['max_ms']:.3f}, N={rec['repeat']}), compile {rec.get('compile_s')} s{cached}"
+        )
+    if "skipped" in rec:
+        return f"{head} skipped: {rec['skipped']}"
+    return f"{head} FAILED: {rec.get('error')}"
+
+
+def write_summaries(results: Path, plot_png: bool) -> dict:
+    """``<stem>.json`` (per model), ``<stem>.md`` (table) and, if asked, ``<stem>.png``."""
+    sys.path.insert(0, str(HERE))
+    from plot import markdown_table, plot_results
+
+    doc = results_document(read_records(results))
+    results.with_suffix(".json").write_text(json.dumps(doc, indent=1, default=_json_default))
+    results.with_suffix(".md").write_text(markdown_table(doc))
+    if plot_png and doc["models"]:
+        try:
+            plot_results(doc, results.with_suffix(".png"))
+        except Exception as err:  # matplotlib missing or broken: the numbers matter more
+            print(f"plot failed: {one_line(err)}", file=sys.stderr)
+    return doc
+
+
+def _split_names(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [n for v in values for n in v.split(",") if n]
+
+
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--smoke", action="store_true", help="CI: tiny models, few repeats")
-    mode.add_argument("--gpu", action="store_true", help="target cuda (the GPU machine)")
+    parser.add_argument("--smoke", action="store_true", help="tiny models, few repeats")
+    parser.add_argument("--gpu", action="store_true", help="target cuda (the GPU machine)")
     parser.add_argument("--models", nargs="+", help="zoo models (default: all, or the smoke set)")
     parser.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes")
     parser.add_argument("--reduced", action="store_true", help="the zoo's reduced variants")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads = vEUs")
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--max-timing-s", type=float, default=20.0, help="timing cap per config")
     parser.add_argument("--configs", nargs="+", help="only these configurations")
     parser.add_argument("--out-dir", default=str(DEFAULT_OUT), help="where results go")
+    parser.add_argument(
+        "--results", help="results JSON lines (default <out-dir>/<date>-<device>.jsonl)"
+    )
     parser.add_argument("--no-plot", action="store_true")
-    parser.add_argument("--timeout", type=int, default=3600, help="seconds per model process")
-    # Internal: one model in this process.
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per configuration")
+    parser.add_argument("--setup-timeout", type=float, default=120, help="extra for model import")
+    parser.add_argument("--deadline", type=float, help="stop cleanly within this many seconds")
+    parser.add_argument("--deadline-at", type=float, help="the same as a Unix time")
+    parser.add_argument("--min-start-s", type=float, default=10, help="no worker starts later")
+    parser.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="compiled executables")
+    parser.add_argument("--no-cache", action="store_true")
+    parser.add_argument("--fresh", action="store_true", help="ignore configurations recorded")
+    parser.add_argument("--retry-failed", action="store_true", help="run failed ones again")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE)
+    parser.add_argument("--peer-tolerance", type=float, default=PEER_TOLERANCE)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--target", default="llvm", help=argparse.SUPPRESS)
-    parser.add_argument("--overrides", help=argparse.SUPPRESS)
-    parser.add_argument("--json", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser, parser.parse_args(argv)
 
-    args.threads = args.threads or min(os.cpu_count() or 1, 2 if args.smoke else 64)
-    args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 5)
-    args.repeat = args.repeat or (3 if args.smoke else 50)
+
+def main(argv: list[str] | None = None) -> int:
+    parser, args = parse_args(argv)
     if args.worker:
-        return run_worker(args)
-
+        return run_worker(args.worker)
+    args.threads = args.threads or min(os.cpu_count() or 1, 2 if args.smoke else 64)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 10)
+    args.repeat = args.repeat or (3 if args.smoke else 100)
     target_kind = "cuda" if args.gpu else "llvm"
+    args.timeout = args.timeout or (300 if args.smoke else 600)
+    start = time.time()
+    deadline = float("inf")
+    if args.deadline_at:
+        deadline = args.deadline_at
+    if args.deadline:
+        deadline = min(deadline, start + args.deadline)
+    models_arg = _split_names(args.models)
     if args.smoke:
-        models = [(m, SMOKE_MODELS.get(m, {})) for m in (args.models or SMOKE_MODELS)]
+        models = [(m, SMOKE_MODELS.get(m, {})) for m in (models_arg or SMOKE_MODELS)]
         reduced = True
     else:
-        models = [(m, {}) for m in (args.models or CPU_MODELS)]
+        default = GPU_MODELS if args.gpu else CPU_MODELS
+        models = [(m, {}) for m in (models_arg or default)]
         reduced = args.reduced
     import tvm_rtask.models as zoo
 
     unknown = [m for m, _ in models if m not in zoo.names()]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; the zoo has {', '.join(zoo.names())}")
-    device = device_name(target_kind, args.threads)
-    doc = {
-        "device": device,
-        "target": target_kind,
-        "mode": "smoke" if args.smoke else ("gpu" if args.gpu else "cpu"),
-        "threads": args.threads,
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "host": platform.node(),
-        "versions": versions(),
-        "warmup": args.warmup,
-        "repeat": args.repeat,
-        "models": [],
-    }
+    try:
+        configs = configurations(target_kind, _split_names(args.configs))
+    except ValueError as err:
+        parser.error(str(err))
+    env = environment(target_kind, args.threads, args)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.date.today().isoformat()}-{_slug(device)}"
-    out = out_dir / f"{stem}.json"
-    failures = 0
+    if args.results:
+        results = Path(args.results)
+        results.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        results = out_dir / f"{datetime.date.today().isoformat()}-{_slug(env['device'])}.jsonl"
+    if args.fresh and results.exists():
+        results.unlink()
+    append_record(results, env)
+    done = recorded_keys(results, args.retry_failed)
+    runner = Runner(args, target_kind, results, deadline)
+    print(f"results -> {results} ({env['device']}; {len(done)} configurations recorded before)")
+    skipped_before = 0
     for name, overrides in models:
-        with tempfile.TemporaryDirectory() as tmp:
-            part = os.path.join(tmp, "result.json")
-            cmd = [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--worker",
-                name,
-                "--target",
-                target_kind,
-                "--threads",
-                str(args.threads),
-                "--warmup",
-                str(args.warmup),
-                "--repeat",
-                str(args.repeat),
-                "--overrides",
-                json.dumps(overrides),
-                "--json",
-                part,
-                "--batch",
-                *map(str, args.batch),
-            ]
-            if reduced:
-                cmd.append("--reduced")
-            if args.configs:
-                cmd += ["--configs", *args.configs]
-            try:
-                proc = subprocess.run(cmd, timeout=args.timeout)
-                ok = proc.returncode == 0 and os.path.exists(part)
-                why = f"worker exited with status {proc.returncode}"
-            except subprocess.TimeoutExpired:
-                ok, why = False, f"worker timed out after {args.timeout} s"
-            if ok:
-                with open(part) as f:
-                    doc["models"].extend(json.load(f))
-            else:
-                failures += 1
-                for b in args.batch:
-                    doc["models"].append({"name": name, "batch": b, "configs": {}, "error": why})
-                print(f"{name}: {why}", file=sys.stderr, flush=True)
-        with open(out, "w") as f:  # after every model, so a long run keeps what it has
-            json.dump(doc, f, indent=1)
-    print(f"results -> {out}")
-    if not args.no_plot:
-        sys.path.insert(0, str(HERE))
-        from plot import plot_results
-
-        png = plot_results(doc, out.with_suffix(".png"))
-        print(f"plot -> {png}")
-    return 1 if failures else 0
+        for batch in args.batch:
+            mid = model_id(name, batch, reduced, overrides)
+            spec = {
+                "model": name,
+                "batch": batch,
+                "reduced": reduced,
+                "overrides": overrides,
+                "model_id": mid,
+                "target": target_kind,
+                "threads": args.threads,
+                "warmup": args.warmup,
+                "repeat": args.repeat,
+                "max_timing_s": args.max_timing_s,
+                "tolerance": args.tolerance,
+                "peer_tolerance": args.peer_tolerance,
+                "results": str(results),
+                "cache_dir": None if args.no_cache else args.cache_dir,
+                "source_hash": env["source_hash"],
+            }
+            for group in ("tvm", "peer"):
+                todo = [
+                    c["name"]
+                    for c in configs
+                    if worker_group(c) == group
+                    and record_key(target_kind, mid, c["name"]) not in done
+                ]
+                skipped_before += sum(1 for c in configs if worker_group(c) == group) - len(todo)
+                if todo:
+                    runner.run_group({**spec, "group": group}, todo)
+            write_summaries(results, plot_png=False)
+    doc = write_summaries(results, plot_png=not args.no_plot)
+    failures = sum(1 for m in doc["models"] for e in m["configs"].values() if "error" in e)
+    print(f"results -> {results} (+ .json, .md{'' if args.no_plot else ', .png'})")
+    if skipped_before:
+        print(f"{skipped_before} configuration(s) were recorded by an earlier run and skipped")
+    if runner.not_reached:
+        print(f"NOT REACHED before the deadline ({len(runner.not_reached)}):")
+        for item in runner.not_reached:
+            print(f"  {item}")
+    if failures:
+        print(f"{failures} configuration(s) failed (see 'error' in the records)")
+    return 1 if failures or runner.not_reached else 0
 
 
 if __name__ == "__main__":

@@ -1,144 +1,310 @@
-"""The benchmark harness: the CPU smoke run writes results JSON of the documented shape and a
-plot; ``tvm-rtask bench`` delegates to it."""
+"""The benchmark kit on the CPU: harness records (incremental, resume, failures, timeouts),
+the pytest plugin of the GPU kit, the kit's dry run, the kernel report, tables and plots.
+
+Failures and hangs are injected through the harness's test-only configurations
+(``test_fail``, ``test_hang``, ...; enabled by ``TVM_RTASK_BENCH_TEST_CONFIGS``), which
+compile nothing, so these tests stay fast.
+"""
 
 import json
+import os
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HARNESS = ROOT / "bench" / "harness.py"
-sys.path.insert(0, str(ROOT / "bench"))
+BENCH = ROOT / "bench"
+HARNESS = BENCH / "harness.py"
+sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
 import plot  # noqa: E402
 
-
-def _check_shape(doc: dict, models: list[str], configs: list[str]) -> None:
-    assert isinstance(doc["device"], str) and doc["device"]
-    assert doc["versions"]["apache-tvm"].startswith("0.27")
-    assert [m["name"] for m in doc["models"]] == models
-    for m in doc["models"]:
-        assert m["batch"] == 1
-        for name in configs:
-            entry = m["configs"][name]
-            assert "error" not in entry, (name, entry)
-            for key in ("median_ms", "p10_ms", "p90_ms"):
-                assert entry[key] > 0
-            assert entry["p10_ms"] <= entry["median_ms"] <= entry["p90_ms"]
-            assert entry["rel_error"] < 1e-4
+TEST_ENV = {**os.environ, harness.TEST_CONFIGS_ENV: "1"}
 
 
-def test_smoke_run_writes_results_json_and_plot(tmp_path):
-    subprocess.run(
-        [sys.executable, str(HARNESS), "--smoke", "--models", "lstm_tc", "--out-dir", tmp_path],
-        check=True,
-        timeout=900,
+def _harness(tmp_path, *argv, results="r.jsonl", wait=True, **kw):
+    cmd = [sys.executable, str(HARNESS), "--smoke", "--models", "lstm_tc", "--no-plot"]
+    cmd += ["--out-dir", str(tmp_path), "--results", str(tmp_path / results)]
+    cmd += ["--cache-dir", str(tmp_path / "cache"), *argv]
+    if not wait:
+        return subprocess.Popen(cmd, env=TEST_ENV, stdout=subprocess.PIPE, text=True, **kw)
+    return subprocess.run(cmd, env=TEST_ENV, capture_output=True, text=True, timeout=300, **kw)
+
+
+def _results(path) -> dict:
+    return {r["config"]: r for r in harness.read_records(path) if r.get("type") == "result"}
+
+
+def test_records_are_written_as_they_happen_and_failures_do_not_stop_the_run(tmp_path):
+    configs = ["test_ok", "test_ok2", "test_fail", "test_wrong", "test_hang", "test_crash"]
+    proc = _harness(tmp_path, "--configs", *configs, "--timeout", "4", wait=False)
+    results = tmp_path / "r.jsonl"
+    start = time.time()
+    while "test_ok" not in _results(results):
+        assert proc.poll() is None, "the run ended before its first record was seen"
+        assert time.time() - start < 120
+        time.sleep(0.1)
+    # The first record is on disk while the run goes on (test_hang is still to come).
+    assert proc.poll() is None
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1  # failures are reported in the status, after all ran
+    recs = _results(results)
+    assert set(recs) == set(configs)
+    for name in ("test_ok", "test_ok2"):
+        rec = recs[name]
+        assert "error" not in rec, rec
+        assert rec["repeat"] == 3 and rec["min_ms"] <= rec["median_ms"] <= rec["max_ms"]
+        assert rec["compile_s"] == 0.0 and rec["rel_error"] == 0.0
+    assert recs["test_fail"]["error"] == "RuntimeError: injected failure"
+    assert recs["test_wrong"]["error"].startswith("wrong result: relative error")
+    assert "median_ms" not in recs["test_wrong"]
+    assert recs["test_hang"]["error"].startswith("timed out after 4")
+    assert recs["test_crash"]["error"].startswith("worker died (status 70)")
+    env = [r for r in harness.read_records(results) if r.get("type") == "env"]
+    assert len(env) == 1 and env[0]["versions"]["apache-tvm"].startswith("0.27")
+    assert env[0]["date"] and env[0]["device"] and env[0]["source_hash"]
+    assert "FAILED: RuntimeError: injected failure" in out
+
+
+def test_a_second_run_skips_recorded_configurations(tmp_path):
+    first = _harness(tmp_path, "--configs", "test_ok", "test_fail")
+    assert first.returncode == 1, first.stdout + first.stderr
+    second = _harness(tmp_path, "--configs", "test_ok", "test_ok2", "test_fail")
+    assert "2 configuration(s) were recorded by an earlier run and skipped" in second.stdout
+    records = [r for r in harness.read_records(tmp_path / "r.jsonl") if r.get("type") == "result"]
+    assert sorted(r["config"] for r in records) == ["test_fail", "test_ok", "test_ok2"]
+    # A failed configuration is recorded, hence skipped, unless asked to retry it.
+    _harness(tmp_path, "--configs", "test_ok", "test_fail", "--retry-failed")
+    records = [r for r in harness.read_records(tmp_path / "r.jsonl") if r.get("type") == "result"]
+    assert sorted(r["config"] for r in records) == ["test_fail", "test_fail", "test_ok", "test_ok2"]
+
+
+def test_deadline_stops_cleanly_and_lists_what_was_not_reached(tmp_path):
+    run = _harness(
+        tmp_path,
+        "--configs",
+        "test_ok",
+        "test_hang",
+        "test_slow",
+        "--timeout",
+        "60",
+        "--deadline",
+        "8",
+        "--min-start-s",
+        "1",
     )
-    (out,) = tmp_path.glob("*.json")
-    assert out.name[:4].isdigit() and out.stem.endswith("-threads")
-    doc = json.loads(out.read_text())
-    from tvm_rtask.schedule import policy_names
-
-    configs = ["tvm_default", "sequential", "wavefront_fine", "wavefront_global"]
-    configs += [c for c in ("ios", "opara") if c in policy_names()]
-    _check_shape(doc, ["lstm_tc"], configs + ["onnxruntime"])
-    assert doc["mode"] == "smoke"
-    skipped = doc["models"][0]["skipped"]
-    assert set(skipped) <= {"torch_eager", "torch_compile"}
-    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert run.returncode == 1
+    recs = _results(tmp_path / "r.jsonl")
+    assert "median_ms" in recs["test_ok"]
+    assert "test_hang" not in recs and "test_slow" not in recs  # not recorded: runs next time
+    assert "NOT REACHED before the deadline" in run.stdout
+    assert "test_hang" in run.stdout and "test_slow" in run.stdout
 
 
-def test_tvm_rtask_bench_delegates_to_the_harness(tmp_path):
-    from tvm_rtask import cli
-
-    assert cli.find_harness() == HARNESS
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tvm_rtask.cli",
-            "bench",
-            "--smoke",
-            "--models",
-            "lstm_tc",
-            "--configs",
-            "tvm_default",
-            "--no-plot",
-            "--out-dir",
-            tmp_path,
-        ],
-        check=True,
-        timeout=600,
-    )
-    (out,) = tmp_path.glob("*.json")
-    doc = json.loads(out.read_text())
-    _check_shape(doc, ["lstm_tc"], ["tvm_default"])
-    assert set(doc["models"][0]["configs"]) == {"tvm_default"}
+def test_tvm_configurations_are_checked_timed_and_cached(tmp_path):
+    run = _harness(tmp_path, "--configs", "tvm_default", "sequential")
+    assert run.returncode == 0, run.stdout + run.stderr
+    recs = _results(tmp_path / "r.jsonl")
+    assert recs["tvm_default"]["reference"] == "onnxruntime_cpu"
+    assert recs["sequential"]["reference"] == "tvm_default"
+    for name in ("tvm_default", "sequential"):
+        rec = recs[name]
+        assert rec["rel_error"] < 1e-4 and rec["median_ms"] > 0 and rec["compile_s"] > 0
+    assert recs["sequential"]["cached"] is False
+    again = _harness(tmp_path, "--configs", "tvm_default", "sequential", "--fresh")
+    assert again.returncode == 0, again.stdout + again.stderr
+    recs = _results(tmp_path / "r.jsonl")
+    assert recs["sequential"]["cached"] is True and recs["sequential"]["rel_error"] < 1e-4
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["models"][0]["configs"]["sequential"]["ratio_to_tvm_default"] > 0
+    assert "| lstm_tc (reduced) | 1 |" in (tmp_path / "r.md").read_text()
 
 
 def test_configurations_cover_the_baselines():
     names = [c["name"] for c in harness.configurations("llvm")]
     assert names[:4] == ["tvm_default", "sequential", "wavefront_fine", "wavefront_global"]
-    assert "tvm_cuda_graph" not in names
-    assert len(names) == len(set(names))
-    cuda = [c["name"] for c in harness.configurations("cuda")]
-    assert cuda[:2] == ["tvm_default", "tvm_cuda_graph"]
+    assert "tvm_cuda_graph" not in names and len(names) == len(set(names))
     assert {"onnxruntime", "torch_eager", "torch_compile"} <= set(names)
+    cuda = [c["name"] for c in harness.configurations("cuda")]
+    assert cuda[:5] == ["tvm_default", "tvm_cuda_graph", "sequential", "wavefront_fine", "ios"]
+    assert {"torch_compile_max_autotune", "torch_compile_reduce_overhead"} <= set(cuda)
+    with pytest.raises(ValueError, match="unknown configuration"):
+        harness.configurations("llvm", ["nope"])
 
 
-def test_plot_skips_failed_configurations(tmp_path):
-    doc = {
-        "device": "test",
-        "models": [
+def test_outputs_reach_the_host_before_numpy():
+    class CudaTensor:  # what torch does with .numpy() on a CUDA tensor
+        def numpy(self):
+            raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+        def detach(self):
+            return self
+
+        def cpu(self):
+            import numpy as np
+
+            return type("HostTensor", (), {"numpy": lambda self: np.ones(2)})()
+
+    assert [a.tolist() for a in harness.to_numpy_list((CudaTensor(), [CudaTensor()]))] == [
+        [1.0, 1.0],
+        [1.0, 1.0],
+    ]
+
+
+def test_markdown_table_and_plot(tmp_path):
+    records = [
+        {"type": "env", "device": "H100", "mode": "gpu"},
+        *[
             {
-                "name": "a",
+                "type": "result",
+                "model": "a",
                 "batch": 1,
-                "configs": {
-                    "x": {"median_ms": 1.0, "p10_ms": 0.9, "p90_ms": 1.2},
-                    "y": {"error": "boom"},
-                },
-            },
-            {"name": "b", "batch": 2, "configs": {}, "error": "worker died"},
+                "config": c,
+                "median_ms": ms,
+                "min_ms": ms,
+                "max_ms": ms,
+                "repeat": 50,
+            }
+            for c, ms in (("tvm_default", 2.0), ("tvm_cuda_graph", 1.0), ("sequential", 0.5))
         ],
-    }
-    png = plot.plot_results(doc, tmp_path / "p.png")
+        {"type": "result", "model": "a", "batch": 1, "config": "ios", "error": "boom"},
+        {
+            "type": "result",
+            "model": "a",
+            "batch": 1,
+            "config": "torch_eager",
+            "skipped": "onnx2torch not installed",
+        },
+        {"type": "result", "model": "b", "batch": 2, "config": "ios", "error": "died"},
+    ]
+    table = plot.markdown_table(records)
+    assert "| a | 1 | 2.000 (2.00x) | 1.000 (1.00x) | 0.500 (0.50x) | failed | - |" in table
+    assert "- a b1 ios: boom" in table and "torch_eager: onnx2torch not installed" in table
+    png = plot.plot_results(records, tmp_path / "p.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("argv", [["--models", "resnet9000"]])
-def test_unknown_model_is_a_usage_error(argv, tmp_path):
+def test_pytest_plugin_records_reasons_resumes_and_keeps_the_deadline(tmp_path):
+    (tmp_path / "test_sample.py").write_text(
+        textwrap.dedent(
+            """
+            import time, pytest
+
+            def test_a_pass():
+                pass
+
+            def test_b_fail():
+                assert 1 == 2, "one is not two"
+
+            def test_c_skip():
+                pytest.skip("no GPU here")
+
+            def test_d_slow():
+                time.sleep(30)
+
+            def test_e_late():
+                pass
+            """
+        )
+    )
+    jsonl = tmp_path / "tests.jsonl"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")]),
+        "RTASK_TESTS_JSONL": str(jsonl),
+        "RTASK_TESTS_DEADLINE": str(time.time() + 8),
+        "RTASK_TESTS_MIN_S": "3",
+    }
+    cmd = [sys.executable, "-m", "pytest", "-p", "gpu_pytest_plugin", "-p", "no:cacheprovider"]
+    cmd += ["-q", "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)]
+    subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, timeout=120)
+    recs = {r["nodeid"].split("::")[-1]: r for r in map(json.loads, jsonl.open())}
+    assert recs["test_a_pass"]["outcome"] == "passed"
+    assert recs["test_b_fail"]["outcome"] == "failed"
+    assert "one is not two" in recs["test_b_fail"]["reason"]
+    assert recs["test_c_skip"] == {
+        **recs["test_c_skip"],
+        "outcome": "skipped",
+        "reason": "no GPU here",
+    }
+    assert recs["test_d_slow"]["outcome"] == "failed" and "Timeout" in recs["test_d_slow"]["reason"]
+    assert recs["test_e_late"]["outcome"] == "not_reached"
+    assert "one is not two" in (tmp_path / "tests-failures.log").read_text()
+    from gpu_pytest_plugin import recorded_nodeids
+
+    done = recorded_nodeids(str(jsonl))
+    assert len(done) == 4 and not any("test_e_late" in n for n in done)
+    # Resume: recorded tests are deselected, the one not reached runs.
+    skip = tmp_path / "skip.txt"
+    skip.write_text("\n".join(done))
+    env.update(RTASK_TESTS_SKIP=str(skip), RTASK_TESTS_DEADLINE=str(time.time() + 60))
+    subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, timeout=120)
+    last = json.loads(jsonl.read_text().splitlines()[-1])
+    assert last["nodeid"].endswith("test_e_late") and last["outcome"] == "passed"
+    assert len(jsonl.read_text().splitlines()) == 6
+
+
+def test_gpu_kit_dry_run_says_the_gpu_is_absent_and_resumes(tmp_path):
+    import kernel_report
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(BENCH / "gpu_check.py"), "--out", str(out), "--smoke"]
+    cmd += ["--configs", "tvm_default", "--kernel-models", "lstm_tc", "--kernel-args=--max-ops 2"]
+    cmd += ["--cache-dir", str(tmp_path / "cache"), "--deadline", "240", "--workers", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "GPU ABSENT" in run.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["gpu_present"] is False and summary["dry_run"] is True
+    assert summary["not_reached"] == []
+    tests = [json.loads(line) for line in (out / "tests.jsonl").open()]
+    assert tests and all(t["outcome"] == "skipped" for t in tests)
+    assert summary["bench_ok"] == 1 and (out / "bench.md").exists()
+    # The kernel report: TVM's kernel, the rKernel (or why not), torch (or why not).
+    report = json.loads((out / "kernels" / "kernel_report-lstm_tc.json").read_text())
+    assert report["rkernel_method"] == kernel_report.RKERNEL_METHOD
+    rows = report["operators"]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["tvm_kernel_ms"] > 0 and row["tvm_vm_ms"] > 0
+        assert row["rkernel_ms"] is not None or row["rkernel_note"].startswith("not available")
+        assert row["torch_ms"] is not None or row["torch_note"]
+    lost = [r["lost_ms"] for r in rows if r.get("lost_ms") is not None]
+    assert lost == sorted(lost, reverse=True)
+    assert "| operator | uses |" in (out / "kernels" / "kernel_report-lstm_tc.md").read_text()
+    # Second call: every test and configuration recorded is skipped.
+    again = subprocess.run(
+        cmd + ["--skip-kernels"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert f"tests: {len(tests)} recorded before" in again.stdout
+    assert "1 configuration(s) were recorded by an earlier run and skipped" in again.stdout
+    assert len((out / "tests.jsonl").read_text().splitlines()) == len(tests)
+
+
+def test_conv_parameters_inferred_from_shapes():
+    import kernel_report
+
+    assert kernel_report._conv_params((1, 8, 32, 32), (16, 8, 3, 3), (1, 16, 32, 32)) == (
+        (1, 1),
+        (1, 1),
+        1,
+    )
+    assert kernel_report._conv_params((1, 8, 32, 32), (8, 1, 3, 3), (1, 8, 16, 16))[2] == 8
+
+
+def test_unknown_model_is_a_usage_error(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(HARNESS), *argv, "--out-dir", tmp_path],
+        [sys.executable, str(HARNESS), "--models", "resnet9000", "--out-dir", tmp_path],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 2
     assert "unknown model" in proc.stderr
-
-
-def test_cuda_compile_time_splits_a_source_into_kernels():
-    import cuda_compile_time
-
-    source = "\n".join(
-        [
-            "#include <cuda_fp16.h>",
-            'extern "C" __global__ void __launch_bounds__(256) a_kernel(float* x);',
-            'extern "C" __global__ void b_kernel(float* y);',
-            'extern "C" __global__ void __launch_bounds__(256) a_kernel(float* x) {',
-            "  x[0] = 1.0f;",
-            "}",
-            "",
-            'extern "C" __global__ void b_kernel(float* y) {',
-            "  y[0] = 2.0f;",
-            "}",
-        ]
-    )
-    preamble, kernels = cuda_compile_time.split_kernels(source)
-    assert preamble == "#include <cuda_fp16.h>"
-    assert [name for name, _ in kernels] == ["a_kernel", "b_kernel"]
-    assert "x[0] = 1.0f;" in kernels[0][1] and "y[0]" not in kernels[0][1]
-    assert kernels[1][1].rstrip().endswith("}")
