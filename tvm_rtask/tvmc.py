@@ -32,7 +32,7 @@ from .cli.build import compile_model, load_model, parse_key_values, parse_target
 from .cli.errors import CLIError
 from .cli.inputs import FILL_MODES, parse_shapes, read_inputs, save_outputs
 from .cli.main import run_main
-from .cli.runner import RunResult, run_artifact
+from .cli.runner import DEVICES, RunResult, run_artifact
 
 PROG = "tvmc"
 
@@ -180,9 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("FILE", help="path to the compiled package (.tar) or library (.so).")
     p.add_argument(
         "--device",
-        choices=("cpu", "cuda", "gpu"),
+        choices=DEVICES,
         default=None,
-        help="device to run on. Defaults to the package's target.",
+        help="device to run on: the package's own (cpu for llvm, cuda for cuda), the default.",
     )
     p.add_argument(
         "--fill-mode",

@@ -53,6 +53,17 @@ def package(work):
     return d / "lstm.tar"
 
 
+@pytest.fixture(scope="session")
+def library(package, tmp_path_factory):
+    """The package's ``mod.so`` alone (its metadata is embedded too)."""
+    import tarfile
+
+    d = tmp_path_factory.mktemp("lib")
+    with tarfile.open(package) as tar:
+        tar.extract("mod.so", d)
+    return d / "mod.so"
+
+
 @pytest.fixture
 def quiet(monkeypatch):
     """In-process runs print one-line errors, not tracebacks."""

@@ -1,5 +1,5 @@
-"""Running an artifact: its metadata sizes the thread pool, picks the device and arranges
-the inputs; then one call for the outputs and timed calls."""
+"""Running an artifact: its checked metadata sizes the thread pool, picks the device and
+arranges the inputs; then one call for the outputs and timed calls."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .artifact import META_FORMAT, load_artifact, read_embedded_metadata
+from .artifact import load_artifact
 from .errors import CLIError, first_line
 from .inputs import arrange_inputs, flatten_outputs
+
+DEVICES = ("cpu", "cuda", "gpu")
 
 
 @dataclass
@@ -34,6 +36,24 @@ class RunResult:
         }
 
 
+def choose_device(path: str, meta: dict | None, requested: str | None) -> str:
+    """``cpu`` or ``cuda``: the artifact's own device; a requested one must be that device
+    (an artifact runs only where it was compiled for). A library without metadata runs on
+    the requested device, or the CPU."""
+    if requested is not None and requested not in DEVICES:
+        raise CLIError(f"unknown device {requested!r}; use cpu or cuda")
+    wanted = "cuda" if requested == "gpu" else requested
+    if meta is None:
+        return wanted or "cpu"
+    own = meta["device"]
+    if wanted is not None and wanted != own:
+        raise CLIError(
+            f"{path!r} was compiled for target {meta['target']} and runs on {own} only, "
+            f"not on --device {requested}"
+        )
+    return own
+
+
 def run_artifact(
     path: str,
     inputs: dict[str, np.ndarray] | None = None,
@@ -43,36 +63,32 @@ def run_artifact(
     threads: int | None = None,
     device: str | None = None,
 ) -> RunResult:
-    """Load an artifact, size the thread pool, run it once for the outputs, then time
-    ``repeat`` measurements of ``number`` calls each (milliseconds per call)."""
-    import tvm
-    from tvm import relax
-
-    from ..runtime import native, set_num_threads
-
+    """Check and load an artifact, size the thread pool, run it once for the outputs, then
+    time ``repeat`` measurements of ``number`` calls each (milliseconds per call)."""
     if repeat < 1 or number < 1:
         raise CLIError("--repeat and --number must be at least 1")
     if threads is not None and threads < 1:
         raise CLIError(f"--threads must be at least 1, not {threads}")
     art = load_artifact(path)
-    # The exported library links libtvm_rtask_runtime; load it first so a library built on
-    # another machine still finds it from this install.
-    native.load()
-    meta = art.meta or read_embedded_metadata(art.lib_path)
-    if meta is not None and meta.get("format") != META_FORMAT:
-        meta = None
-    device = device or (meta or {}).get("device", "cpu")
+    meta = art.meta
+    device = choose_device(path, meta, device)
+
+    import tvm
+    from tvm import relax
+
+    from ..runtime import native, set_num_threads
+
     if device == "cpu":
         n = threads or (meta or {}).get("threads") or 1
         set_num_threads(int(n))
         dev = tvm.cpu()
-    elif device in ("cuda", "gpu"):
-        device, n = "cuda", 1
+    else:
+        n = 1
         dev = tvm.cuda(0)
         if not dev.exist:
             raise CLIError(f"{path!r} runs on CUDA, and this machine has no CUDA device")
-    else:
-        raise CLIError(f"unknown device {device!r}; use cpu or cuda")
+    # The library links libtvm_rtask_runtime: load it from this install first.
+    native.load()
     try:
         lib = tvm.runtime.load_module(art.lib_path)
     except Exception as err:
