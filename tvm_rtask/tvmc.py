@@ -27,39 +27,59 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli.artifact import save_artifact
-from .cli.build import compile_model, load_model, parse_key_values, parse_target
+from .cli.artifact import check_output_path, save_artifact
+from .cli.build import (
+    check_options,
+    check_target,
+    compile_model,
+    load_model,
+    parse_key_values,
+    parse_target,
+    pass_context,
+    split_pass_config,
+)
 from .cli.errors import CLIError
 from .cli.inputs import FILL_MODES, parse_shapes, read_inputs, save_outputs
 from .cli.main import run_main
+from .cli.paths import check_writable
 from .cli.runner import DEVICES, RunResult, run_artifact
 
 PROG = "tvmc"
+DUMP_FORMATS = ("relax", "ll", "asm", "vm", "cu")
 
 
 def _drive_compile(args) -> int:
+    # Everything is checked before the model is imported and built.
     if args.model_format not in (None, "onnx"):
         raise CLIError(f"model format {args.model_format!r} is not supported; use onnx")
-    model = load_model(args.FILE, shape_dict=parse_shapes(args.input_shapes))
-    target = parse_target(args.target)
+    check_output_path(args.output, "-o")
+    formats = {f.strip() for f in args.dump_code.split(",") if f.strip()}
+    unknown = formats - set(DUMP_FORMATS)
+    if unknown:
+        raise CLIError(
+            f"--dump-code: unknown format(s) {sorted(unknown)}; use {', '.join(DUMP_FORMATS)}"
+        )
+    for fmt in formats:
+        check_writable(f"{args.output}.{fmt}", "--dump-code")
+    target = check_target(parse_target(args.target))
     pass_config = parse_key_values(args.pass_config, "--pass-config")
+    options, config = split_pass_config(pass_config)
     disabled = [p.strip() for p in (args.disabled_pass or "").split(",") if p.strip()]
+    pass_context(args.opt_level, config, disabled)
+    use_rtask = args.pass_ == "rtask"
+    if use_rtask:
+        check_options(options)
+    model = load_model(args.FILE, shape_dict=parse_shapes(args.input_shapes))
     ex, meta = compile_model(
         model,
         target,
-        use_rtask=args.pass_ == "rtask",
+        use_rtask=use_rtask,
         pass_config=pass_config,
         opt_level=args.opt_level,
         disabled_pass=disabled,
     )
     save_artifact(ex, args.output, meta)
-    if args.dump_code:
-        formats = {f.strip() for f in args.dump_code.split(",") if f.strip()}
-        unknown = formats - {"relax", "ll", "asm", "vm", "cu"}
-        if unknown:
-            raise CLIError(
-                f"--dump-code: unknown format(s) {sorted(unknown)}; use relax, ll, asm, vm, cu"
-            )
+    if formats:
         _dump_code(ex, model, args.output, formats)
     return 0
 
@@ -108,6 +128,8 @@ def _format_top(result: RunResult, n: int) -> str:
 
 
 def _drive_run(args) -> int:
+    if args.outputs:
+        check_writable(args.outputs, "-o")
     result = run_artifact(
         args.FILE,
         inputs=read_inputs(args.inputs),

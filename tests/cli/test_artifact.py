@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from tests.cli.helpers import assert_one_line_error, in_process, run
-from tvm_rtask.cli.artifact import META_FORMAT, check_metadata, elf_problem, load_artifact
+from tvm_rtask.cli.artifact import (
+    META_FORMAT,
+    check_metadata,
+    check_output_path,
+    elf_problem,
+    load_artifact,
+)
 from tvm_rtask.cli.errors import CLIError
 
 
@@ -124,3 +130,19 @@ def test_missing_and_foreign_files(work, package, capsys, quiet, monkeypatch):
     in_process(main, ["run", "text.tar"], capsys, "truncated or damaged .tar")
     np.savez(d / "arr.npz", a=np.zeros(3))
     in_process(main, ["run", "arr.npz"], capsys, "neither a shared library")
+
+
+def test_output_path_must_be_a_writable_so_or_tar(tmp_path):
+    assert check_output_path(tmp_path / "m.so") == str(tmp_path / "m.so")
+    assert check_output_path(tmp_path / "m.tar")
+    for bad, fragment in (
+        (tmp_path / "m.bin", "must end with .so or .tar"),
+        (tmp_path / "missing" / "m.so", "does not exist"),
+        ("/proc/m.so", "cannot write"),
+        (tmp_path, "must end with"),
+    ):
+        with pytest.raises(CLIError, match=fragment):
+            check_output_path(bad)
+    (tmp_path / "d.so").mkdir()
+    with pytest.raises(CLIError, match="is a directory"):
+        check_output_path(tmp_path / "d.so")

@@ -1,12 +1,18 @@
 """The ``tvm-rtask`` command line end to end (by subprocess) and its commands in process:
-errors are one line on stderr and exit status 1, never a traceback."""
+errors are one line on stderr and exit status 1, never a traceback; everything a user gives
+is checked before the model is imported or built."""
 
+import importlib
 import json
 import subprocess
 import sys
 from importlib import metadata
 
+import pytest
+
 from tests.cli.helpers import assert_one_line_error, check_outputs, in_process, run
+
+main_module = importlib.import_module("tvm_rtask.cli.main")
 
 
 def test_console_scripts_are_declared():
@@ -118,3 +124,47 @@ def test_more_errors_in_process(work, capsys, quiet, monkeypatch):
     in_process(main, ["plan", "lstm_tc", "--reduced", "--policy", "nope"], capsys, "unknown policy")
     argv = ["compile", "lstm.onnx", "--pass-config", "novalue"]
     in_process(tvmc.main, argv, capsys, "name=value")
+
+
+# Each of these used to be found only after the model was imported and built (up to 41 s).
+EARLY = [
+    ("tvm-rtask", ["compile", "lstm_tc", "--num-veu", "0"], "num_veu must be a positive"),
+    ("tvm-rtask", ["compile", "lstm_tc", "--target", "foo"], "--target 'foo'"),
+    ("tvm-rtask", ["compile", "lstm_tc", "--target", "vulkan"], "vulkan"),
+    ("tvm-rtask", ["compile", "lstm_tc", "--option", "nosuch=1"], "unknown option"),
+    ("tvm-rtask", ["compile", "lstm_tc", "-o", "x.bin"], "must end with .so or .tar"),
+    ("tvm-rtask", ["compile", "lstm_tc", "-o", "nodir/x.so"], "does not exist"),
+    ("tvm-rtask", ["compile", "lstm_tc", "-o", "/proc/x.so"], "cannot write"),
+    ("tvm-rtask", ["compile", "lstm_tc", "--report", "nodir/r.json"], "--report"),
+    ("tvm-rtask", ["compile", "lstm_tc", "--gantt", "/proc/g.png"], "--gantt"),
+    ("tvm-rtask", ["compile", "lstm_tc", "--emit-source", "/proc/src"], "--emit-source"),
+    ("tvm-rtask", ["plan", "lstm_tc", "--num-veu", "0"], "num_veu"),
+    ("tvm-rtask", ["plan", "lstm_tc", "--target", "foo"], "foo"),
+    ("tvm-rtask", ["plan", "lstm_tc", "--json", "nodir/p.json"], "--json"),
+    ("tvm-rtask", ["tune", "lstm_tc", "--db", "/proc/db"], "--db"),
+    ("tvm-rtask", ["tune", "lstm_tc", "--db", "db", "--target", "foo"], "foo"),
+    ("tvmc", ["compile", "lstm.onnx", "-o", "x.bin"], "must end with .so or .tar"),
+    ("tvmc", ["compile", "lstm.onnx", "-o", "/proc/x.tar"], "cannot write"),
+    ("tvmc", ["compile", "lstm.onnx", "--target", "foo"], "foo"),
+    ("tvmc", ["compile", "m.onnx", "--pass", "rtask", "--pass-config", "rtask.num_veu=0"], "veu"),
+    ("tvmc", ["compile", "lstm.onnx", "--pass-config", "no.such.key=1"], "--pass-config"),
+    ("tvmc", ["compile", "lstm.onnx", "--dump-code", "ll,bogus"], "bogus"),
+]
+
+
+@pytest.mark.parametrize(
+    "prog,argv,fragment", EARLY, ids=[f"{p} {a[0]} {' '.join(a[2:])}" for p, a, _ in EARLY]
+)
+def test_options_and_paths_are_checked_before_the_model_is_loaded(
+    prog, argv, fragment, tmp_path, capsys, quiet, monkeypatch
+):
+    from tvm_rtask import tvmc
+    from tvm_rtask.cli import main
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr(main_module, "load_model", no_loading)
+    monkeypatch.setattr(tvmc, "load_model", no_loading)
+    monkeypatch.chdir(tmp_path)
+    in_process(main if prog == "tvm-rtask" else tvmc.main, argv, capsys, fragment)

@@ -20,11 +20,12 @@ Errors are one line on stderr (``tvm-rtask: error: ...``) and exit status 1; set
 
 The modules, each usable on its own (``tvm_rtask.tvmc`` uses them too):
 
-- :mod:`~tvm_rtask.cli.build`: load a model, parse options and targets, compile;
-- :mod:`~tvm_rtask.cli.artifact`: write and open artifacts (``.so`` / ``.tar``);
+- :mod:`~tvm_rtask.cli.build`: load a model, check target and options, compile;
+- :mod:`~tvm_rtask.cli.artifact`: write, check and open artifacts (``.so`` / ``.tar``);
 - :mod:`~tvm_rtask.cli.inputs`: ``--input-shapes``, input and output ``.npz`` files;
 - :mod:`~tvm_rtask.cli.runner`: run an artifact and time it;
 - :mod:`~tvm_rtask.cli.report`: plans per policy, the summary table, Gantt charts;
+- :mod:`~tvm_rtask.cli.paths`: output paths checked before any work;
 - :mod:`~tvm_rtask.cli.errors`: :class:`CLIError` and one-line messages;
 - :mod:`~tvm_rtask.cli.main`: the parser, the commands, :func:`run_main`.
 

@@ -29,12 +29,14 @@ from typing import Any
 import numpy as np
 
 from .errors import CLIError, first_line
+from .paths import check_writable
 
 META_SYMBOL = "tvm_rtask_artifact_metadata"
 META_FORMAT = "tvm-rtask-artifact"
 META_VERSION = 1
 TAR_LIB = "mod.so"
 TAR_META = "metadata.json"
+SUFFIXES = (".so", ".tar")
 TARGET_DEVICES = {"llvm": "cpu", "cuda": "cuda"}
 
 ELF_MAGIC = b"\x7fELF"
@@ -50,6 +52,12 @@ _ELF_MACHINES = {
 
 
 # -- writing --------------------------------------------------------------------------------------
+def check_output_path(path: str | os.PathLike, flag: str = "-o") -> str:
+    """``path`` names an artifact (``.so`` or ``.tar``) that can be written: checked before a
+    build, which can take minutes."""
+    return check_writable(path, flag, SUFFIXES)
+
+
 def metadata_c_source(meta: dict) -> str:
     """A C source defining ``const char* tvm_rtask_artifact_metadata(void)``."""
     data = json.dumps(meta, sort_keys=True).encode()

@@ -1,6 +1,6 @@
 """Models and options on the command line: load a model (an ``.onnx`` file or a zoo name),
-parse options and targets, and compile into an executable with the metadata an artifact
-carries."""
+check the target and options before any work, and compile into an executable with the
+metadata an artifact carries."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifact import META_FORMAT, META_VERSION
-from .errors import CLIError
+from .errors import CLIError, first_line
 from .inputs import InputInfo, model_inputs
 
 
@@ -58,10 +58,58 @@ def parse_target(text: str):
     return text
 
 
-def target_kind(target) -> str:
+def check_target(target):
+    """The ``tvm.target.Target`` of a parsed ``--target``: llvm or cuda, or a one-line error
+    (TVM's own for an unknown kind is several lines and a ValueError)."""
+    from ..errors import RTaskError
     from ..relax_passes import as_target
 
-    return str(as_target(target).kind.name)
+    try:
+        return as_target(target)
+    except RTaskError as err:
+        raise CLIError(f"--target {_show(target)}: {first_line(err)}") from None
+    except Exception as err:
+        raise CLIError(f"--target {_show(target)} is not a target: {first_line(err)}") from None
+
+
+def _show(target) -> str:
+    return repr(target if isinstance(target, str) else json.dumps(target))
+
+
+def target_kind(target) -> str:
+    return str(check_target(target).kind.name)
+
+
+def check_options(options: dict) -> dict:
+    """Reject what :func:`tvm_rtask.compile` would reject (unknown names, impossible values)
+    now rather than after importing the model. Returns ``options``."""
+    from ..options import resolve_options
+
+    resolve_options(dict(options))  # raises OptionError, one line
+    return options
+
+
+def split_pass_config(pass_config: dict | None) -> tuple[dict, dict]:
+    """``(rtask options, TVM PassContext config)``: ``rtask.<option>`` keys are options."""
+    options, config = {}, {}
+    for key, value in (pass_config or {}).items():
+        if key.startswith("rtask."):
+            options[key[len("rtask.") :]] = value
+        else:
+            config[key] = value
+    return options, config
+
+
+def pass_context(opt_level: int = 3, config: dict | None = None, disabled_pass=None):
+    """TVM's PassContext, or a one-line error naming the bad ``--pass-config``."""
+    import tvm
+
+    try:
+        return tvm.transform.PassContext(
+            opt_level=opt_level, config=config or {}, disabled_pass=disabled_pass or []
+        )
+    except (AttributeError, ValueError, TypeError) as err:
+        raise CLIError(f"bad --pass-config: {first_line(err)}") from None
 
 
 # -- models ---------------------------------------------------------------------------------------
@@ -111,31 +159,22 @@ def compile_model(
     """Compile with tvm-rtask (or TVM's default build when ``use_rtask`` is False).
 
     ``pass_config`` keys ``rtask.<option>`` become tvm-rtask options (a keyword in
-    ``options`` wins); other keys go to TVM's PassContext. Returns ``(executable, metadata)``.
+    ``options`` wins); other keys go to TVM's PassContext. Returns ``(executable, metadata)``;
+    the metadata's ``compile_seconds`` is the wall time of the build alone.
     """
     import tvm
 
     import tvm_rtask
 
-    from ..relax_passes import as_target
     from ..runtime import num_threads
 
     options = dict(options or {})
-    config = {}
-    for key, value in (pass_config or {}).items():
-        if key.startswith("rtask."):
-            options.setdefault(key[len("rtask.") :], value)
-        else:
-            config[key] = value
-    tvm_target = as_target(target)
+    from_config, config = split_pass_config(pass_config)
+    for key, value in from_config.items():
+        options.setdefault(key, value)
+    tvm_target = check_target(target)
     start = time.perf_counter()
-    try:
-        ctx = tvm.transform.PassContext(
-            opt_level=opt_level, config=config, disabled_pass=disabled_pass or []
-        )
-    except (AttributeError, ValueError, TypeError) as err:
-        raise CLIError(f"bad --pass-config: {err}") from None
-    with ctx:
+    with pass_context(opt_level, config, disabled_pass):
         if use_rtask:
             ex = tvm_rtask.compile(model.mod, tvm_target, **options)
         else:

@@ -1,5 +1,9 @@
 """The ``tvm-rtask`` command line: the parser, one function per command, and
-:func:`run_main`, which turns every expected failure into one line on stderr."""
+:func:`run_main`, which turns every expected failure into one line on stderr.
+
+Every command checks what it was given (options, target, output paths) before it imports or
+builds anything, so a mistake costs a second, not the minute a build can take.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .artifact import save_artifact
+from .artifact import check_output_path, save_artifact
 from .build import (
     LoadedModel,
+    check_options,
+    check_target,
     compile_model,
     load_model,
     parse_key_values,
@@ -22,6 +28,7 @@ from .build import (
 )
 from .errors import DEBUG_ENV, CLIError, first_line
 from .inputs import FILL_MODES, parse_shapes, read_inputs, save_outputs
+from .paths import check_directory, check_writable
 from .report import format_report_table, plan_policies, require_gantt
 from .runner import run_artifact
 
@@ -67,6 +74,13 @@ def _options_from(args, policy: bool = True) -> dict:
     return opts
 
 
+def _check_files(*pairs: tuple[str | None, str]) -> None:
+    """Each given output file (path, flag) can be written."""
+    for path, flag in pairs:
+        if path:
+            check_writable(path, flag)
+
+
 def _load_from_args(args) -> LoadedModel:
     return load_model(
         args.model,
@@ -81,13 +95,17 @@ def _load_from_args(args) -> LoadedModel:
 def cmd_tune(args) -> int:
     from ..tuning import tune
 
+    target = parse_target(args.target)
+    check_target(target)
+    check_directory(args.db, "--db", create=True)
+    parse_shapes(args.input_shapes)
     model = _load_from_args(args)
     trials = args.trials
     if trials is None and args.seconds is None:
         trials = 64
     tune(
         model.mod,
-        parse_target(args.target),
+        target,
         args.db,
         trials=trials,
         seconds=args.seconds,
@@ -103,12 +121,17 @@ def cmd_tune(args) -> int:
 
 
 def cmd_compile(args) -> int:
+    # Everything the user gave is checked before the model is imported and built.
+    output = check_output_path(args.output or f"{Path(args.model).stem}.so", "-o")
+    _check_files((args.report, "--report"), (args.gantt, "--gantt"))
+    if args.emit_source:
+        check_directory(args.emit_source, "--emit-source", create=True)
     if args.gantt:
         require_gantt()
-    output = args.output or f"{Path(args.model).stem}.so"
+    target = check_target(parse_target(args.target))
+    options = check_options(_options_from(args))
+    parse_shapes(args.input_shapes)
     model = _load_from_args(args)
-    target = parse_target(args.target)
-    options = _options_from(args)
     ex, meta = compile_model(model, target, options=options)
     save_artifact(ex, output, meta)
     print(
@@ -168,6 +191,7 @@ def emit_source(ex, model: LoadedModel, directory: str) -> list[str]:
 
 
 def cmd_run(args) -> int:
+    _check_files((args.outputs, "-o"))
     result = run_artifact(
         args.artifact,
         inputs=read_inputs(args.inputs),
@@ -193,15 +217,19 @@ def cmd_run(args) -> int:
 def cmd_plan(args) -> int:
     from ..schedule import policy_names
 
-    if args.gantt:
-        require_gantt()
-    model = _load_from_args(args)
-    target = parse_target(args.target)
-    options = _options_from(args, policy=False)
     policies = args.policy or policy_names()
     unknown = [p for p in policies if p not in policy_names()]
     if unknown:
         raise CLIError(f"unknown policy {unknown[0]!r}; choose from {', '.join(policy_names())}")
+    _check_files((args.json, "--json"), (args.gantt, "--gantt"))
+    if args.gantt:
+        require_gantt()
+    target = check_target(parse_target(args.target))
+    options = _options_from(args, policy=False)
+    for policy in policies:
+        check_options({**options, "policy": policy})
+    parse_shapes(args.input_shapes)
+    model = _load_from_args(args)
     plans = plan_policies(model, target, policies, options)
     reports = {p: plan.report() for p, plan in plans.items()}
     first = next(iter(reports.values()))
@@ -258,8 +286,9 @@ def cmd_export_onnx(args) -> int:
 
     from .. import models
 
-    model = models.onnx_model(args.name, batch=args.batch, reduced=args.reduced, seed=args.seed)
     output = args.output or f"{args.name}.onnx"
+    _check_files((output, "-o"), (args.inputs, "--inputs"))
+    model = models.onnx_model(args.name, batch=args.batch, reduced=args.reduced, seed=args.seed)
     onnx.save(model, output)
     if args.inputs:
         np.savez(args.inputs, **models.sample_inputs(model, seed=args.seed + 1))
