@@ -1,7 +1,10 @@
 """Models, targets and options on the command line."""
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
+from tests.cli.helpers import in_process
 from tvm_rtask.cli.build import (
     check_options,
     check_target,
@@ -46,3 +49,33 @@ def test_check_options_and_pass_config():
         {"num_veu": 2},
         {"tirx.noalias": True},
     )
+
+
+def _dynamic_onnx(path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "dyn", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_dynamic_shape_error_names_the_flag(tmp_path, capsys, quiet, monkeypatch):
+    """The frontend suggests the Python ``shape_dict``; a command-line user needs the flag."""
+    from tvm_rtask import tvmc
+    from tvm_rtask.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    model = _dynamic_onnx(tmp_path / "dyn.onnx")
+    for run_main, argv in (
+        (main, ["compile", model]),
+        (main, ["plan", model]),
+        (tvmc.main, ["compile", model, "--pass", "rtask"]),
+    ):
+        line = in_process(run_main, argv, capsys, "dynamic shape", "--input-shapes 'x:[?,4]'")
+        assert "shape_dict" not in line
+    # ... and the flag it names works.
+    argv = ["plan", model, "--input-shapes", "x:[2,4]", "--policy", "sequential"]
+    assert main([str(a) for a in argv]) == 0
+    assert capsys.readouterr().out.startswith("dyn on llvm")

@@ -113,6 +113,35 @@ def pass_context(opt_level: int = 3, config: dict | None = None, disabled_pass=N
 
 
 # -- models ---------------------------------------------------------------------------------------
+def _shape_hint(model, name: str) -> str:
+    """``--input-shapes 'x:[?,16]'``: the input's ONNX dimensions, ``?`` where dynamic."""
+    for value in getattr(getattr(model, "graph", None), "input", []):
+        if value.name == name:
+            dims = value.type.tensor_type.shape.dim
+            text = ",".join(str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims)
+            return f"--input-shapes '{name}:[{text}]' (a number for each ?)"
+    return f"--input-shapes '{name}:[...]'"
+
+
+def command_line_wording(err: Exception, path: str) -> str:
+    """A frontend message for command-line users: the frontend suggests the Python
+    ``shape_dict`` argument, the command lines take ``--input-shapes``."""
+    message = first_line(err)
+    if "shape_dict" not in message:
+        return message
+    match = re.search(r"input '([^']+)'", message)
+    name = match.group(1) if match else "NAME"
+    head = re.split(r";?\s*give\b|shape_dict", message)[0].rstrip(" ;,")
+    model = None
+    try:
+        import onnx
+
+        model = onnx.load(path, load_external_data=False)
+    except Exception:  # the hint then has no dimensions
+        pass
+    return f"{head}; give static shapes with {_shape_hint(model, name)}"
+
+
 def load_model(
     spec: str,
     batch: int = 1,
@@ -122,6 +151,7 @@ def load_model(
 ) -> LoadedModel:
     """``spec`` is an ``.onnx`` path or a zoo name; zoo models take batch/reduced/seed."""
     from .. import frontend, models
+    from ..errors import FrontendError
 
     if spec in models.names():
         model = models.onnx_model(spec, batch=batch, reduced=reduced, seed=seed)
@@ -138,7 +168,10 @@ def load_model(
 
     if path.exists() and path.is_dir():
         raise CLIError(f"{spec!r} is a directory, not an .onnx file")
-    mod = frontend.load(str(path), shape_dict)
+    try:
+        mod = frontend.load(str(path), shape_dict)
+    except FrontendError as err:
+        raise CLIError(command_line_wording(err, str(path))) from None
     try:
         model = onnx.load(str(path))
     except Exception:  # frontend.load has already reported unreadable files
