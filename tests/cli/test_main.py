@@ -7,12 +7,14 @@ import json
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
 from tests.cli.helpers import assert_one_line_error, check_outputs, in_process, run
 
 main_module = importlib.import_module("tvm_rtask.cli.main")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_console_scripts_are_declared():
@@ -168,3 +170,50 @@ def test_options_and_paths_are_checked_before_the_model_is_loaded(
     monkeypatch.setattr(tvmc, "load_model", no_loading)
     monkeypatch.chdir(tmp_path)
     in_process(main if prog == "tvm-rtask" else tvmc.main, argv, capsys, fragment)
+
+
+def _fake_harness(tmp_path, monkeypatch) -> Path:
+    record = tmp_path / "argv.json"
+    harness = tmp_path / "harness.py"
+    harness.write_text(
+        "import json\n"
+        "def main(argv):\n"
+        f"    open({str(record)!r}, 'w').write(json.dumps(argv))\n"
+        "    return 0\n"
+    )
+    monkeypatch.setattr(main_module, "find_harness", lambda: harness)
+    return record
+
+
+def test_bench_writes_where_the_user_says_not_into_the_source_tree(tmp_path, monkeypatch):
+    record = _fake_harness(tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main_module.main(["bench", "--smoke", "--models", "lstm_tc"]) == 0
+    argv = json.loads(record.read_text())
+    assert argv[:3] == ["--smoke", "--models", "lstm_tc"]
+    out_dir = Path(argv[argv.index("--out-dir") + 1])
+    assert out_dir == work / "tvm-rtask-bench"
+    assert REPO not in out_dir.parents
+    assert main_module.main(["bench", "--out-dir", "mine", "--smoke"]) == 0
+    argv = json.loads(record.read_text())
+    assert argv == ["--smoke", "--out-dir", str(work / "mine")]
+    assert main_module.main(["bench", "--help"]) == 0  # the harness's help, untouched
+    assert json.loads(record.read_text()) == ["--help"]
+
+
+def test_bench_out_dir_is_checked(tmp_path, capsys, quiet, monkeypatch):
+    _fake_harness(tmp_path, monkeypatch)
+    in_process(main_module.main, ["bench", "--out-dir", "/proc/results"], capsys, "--out-dir")
+
+
+def test_unknown_arguments_are_an_error_except_for_bench(capsys):
+    with pytest.raises(SystemExit) as info:
+        main_module.main(["models", "--bogus"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_find_harness_finds_the_checkout():
+    assert main_module.find_harness() == REPO / "bench" / "harness.py"

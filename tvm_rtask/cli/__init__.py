@@ -7,8 +7,8 @@
     tvm-rtask run ARTIFACT [--inputs x.npz] [--outputs y.npz] [--repeat N]
     tvm-rtask plan MODEL [--policy P ...] [--num-veu N] [--json plan.json]
     tvm-rtask tune MODEL --db DIR [--target llvm] [--trials N] [--seconds S] [--rpc H:P:KEY]
-    tvm-rtask bench [harness options]        (bench/harness.py of a source checkout)
-    tvm-rtask models                         (the zoo)
+    tvm-rtask bench [--out-dir DIR] [harness options]   (bench/harness.py of a source checkout)
+    tvm-rtask models                                    (the zoo)
     tvm-rtask export-onnx NAME -o model.onnx
 
 ``MODEL`` is an ``.onnx`` file or a name of :mod:`tvm_rtask.models`; an artifact is described

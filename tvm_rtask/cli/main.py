@@ -33,6 +33,9 @@ from .report import format_report_table, plan_policies, require_gantt
 from .runner import run_artifact
 
 PROG = "tvm-rtask"
+# Where ``tvm-rtask bench`` writes unless --out-dir says otherwise: the current directory,
+# never the source tree the harness comes from.
+DEFAULT_BENCH_DIR = "tvm-rtask-bench"
 
 
 # -- arguments ------------------------------------------------------------------------------------
@@ -266,10 +269,15 @@ def cmd_bench(args) -> int:
             "the benchmark harness (bench/harness.py) ships with the source checkout only; "
             "run tvm-rtask bench from an editable install"
         )
+    rest = [a for a in args.extra_args if a != "--"]
+    if not {"-h", "--help"} & set(rest):
+        # The harness's own default is bench/results inside the source tree: results go
+        # where the user runs the command instead, or where --out-dir says.
+        out_dir = check_directory(args.out_dir or DEFAULT_BENCH_DIR, "--out-dir", create=True)
+        rest += ["--out-dir", out_dir]
     spec = importlib.util.spec_from_file_location("tvm_rtask_bench_harness", harness)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rest = [a for a in args.harness_args if a != "--"]
     return int(module.main(rest) or 0)
 
 
@@ -359,7 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the benchmark harness (bench/harness.py; see its --help)",
         add_help=False,
     )
-    p.set_defaults(func=cmd_bench, harness_args=[])
+    p.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        default=None,
+        help=f"where results go (default ./{DEFAULT_BENCH_DIR})",
+    )
+    # Every other argument goes to the harness (run_main hands them over in extra_args).
+    p.set_defaults(func=cmd_bench, extra_args=[])
 
     p = sub.add_parser("models", help="list the model zoo")
     p.set_defaults(func=cmd_models)
@@ -376,13 +391,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> int:
-    """Parse, dispatch, and turn every expected failure into one line on stderr."""
-    # ``bench`` hands every argument after it to the harness, options included.
+    """Parse, dispatch to ``args.func``, and turn every expected failure into one line on
+    stderr. A command that sets an ``extra_args`` default receives the arguments the parser
+    does not know (``bench`` hands them to the harness); for any other they are an error."""
     args, extra = parser.parse_known_args(argv)
     if extra:
-        if getattr(args, "func", None) is not cmd_bench:
+        if not hasattr(args, "extra_args"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.harness_args = extra
+        args.extra_args = extra
     from ..errors import RTaskError
 
     try:
