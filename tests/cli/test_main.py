@@ -4,8 +4,10 @@ is checked before the model is imported or built."""
 
 import importlib
 import json
+import re
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -170,6 +172,28 @@ def test_options_and_paths_are_checked_before_the_model_is_loaded(
     monkeypatch.setattr(tvmc, "load_model", no_loading)
     monkeypatch.chdir(tmp_path)
     in_process(main if prog == "tvm-rtask" else tvmc.main, argv, capsys, fragment)
+
+
+def test_compile_prints_wall_time(tmp_path, capsys, monkeypatch):
+    """ "compiled ... in X s": X covers import, build and export, as a clock on the wall."""
+
+    def slow(result):
+        def step(*args, **kwargs):
+            time.sleep(0.4)
+            return result
+
+        return step
+
+    model = main_module.LoadedModel("m", None, [])
+    meta = {"target": "llvm", "pass": "rtask", "compile_seconds": 0.0}
+    monkeypatch.setattr(main_module, "load_model", slow(model))
+    monkeypatch.setattr(main_module, "compile_model", slow((None, meta)))
+    monkeypatch.setattr(main_module, "save_artifact", slow(None))
+    monkeypatch.chdir(tmp_path)
+    assert main_module.main(["compile", "lstm_tc", "-o", "m.so"]) == 0
+    out = capsys.readouterr().out
+    seconds = float(re.search(r" in ([\d.]+) s ->", out).group(1))
+    assert seconds >= 1.2, out
 
 
 def _fake_harness(tmp_path, monkeypatch) -> Path:
