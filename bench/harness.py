@@ -425,6 +425,9 @@ class ArtifactCache:
         text = json.dumps([self.salt, *parts], sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
+    def has(self, key: str) -> bool:
+        return bool(self.root) and (self.root / f"{key}.json").is_file()
+
     def load(self, key: str):
         """``(runtime module, metadata)`` or None."""
         if not self.root:
@@ -473,10 +476,10 @@ def cuda_target(arch: str | None = None):
     return tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
 
 
-def make_target(target_kind: str):
+def make_target(target_kind: str, arch: str | None = None):
     import tvm
 
-    return cuda_target() if target_kind == "cuda" else tvm.target.Target({"kind": "llvm"})
+    return cuda_target(arch) if target_kind == "cuda" else tvm.target.Target({"kind": "llvm"})
 
 
 class ModelContext:
@@ -539,51 +542,77 @@ class ModelContext:
         return self.ort_outputs(), "onnxruntime_cpu"
 
 
-def _tvm_runner(config: dict, ctx: ModelContext, entry: dict):
+def _import_rtask_runtime() -> None:
+    """Modules that register what tvm-rtask executables call at run time (the CUDA status
+    check): needed when an executable is loaded from the cache, not compiled here."""
+    import importlib
+
+    for name in ("tvm_rtask.backend.cuda.status", "tvm_rtask.runtime.cuda_status", "tvm_rtask.api"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+
+
+def build_executable(config: dict, ctx: ModelContext, entry: dict, compile_only: bool = False):
+    """The configuration's executable: from the cache, else compiled (and cached).
+
+    ``compile_only``: return None without loading when the cache already has it.
+    """
     import tvm
-    from tvm import relax
 
     spec = ctx.spec
-    target = make_target(spec["target"])
+    target = make_target(spec["target"], spec.get("arch"))
     options = {}
     if config["kind"] == "rtask":
         options = {"policy": config["policy"], "barrier": config["barrier"]}
         if not ctx.gpu:
             options["num_veu"] = spec["threads"]
     key = ctx.cache.key(spec["model_id"], str(target), config, options, tvm.__version__)
-    cached = ctx.cache.load(key)
+    if compile_only and ctx.cache.has(key):
+        return None
+    cached = None if compile_only else ctx.cache.load(key)
     if cached is not None:
-        start = time.perf_counter()
         ex, meta = cached
         entry.update(cached=True, compile_s=meta.get("compile_s"))
-    else:
-        mod = ctx.mod  # imported once per model, not part of any configuration's compile time
-        start = time.perf_counter()
         if config["kind"] == "rtask":
-            import tvm_rtask
+            _import_rtask_runtime()
+        return ex
+    mod = ctx.mod  # imported once per model, not part of any configuration's compile time
+    start = time.perf_counter()
+    if config["kind"] == "rtask":
+        import tvm_rtask
 
-            ex = tvm_rtask.compile(mod, target, **options)
-        elif config.get("cuda_graph"):
-            with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
-                ex = tvm.compile(mod, target=target)
-        else:
+        ex = tvm_rtask.compile(mod, target, **options)
+    elif config.get("cuda_graph"):
+        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
             ex = tvm.compile(mod, target=target)
-        compile_s = time.perf_counter() - start
-        entry.update(cached=False, compile_s=round(compile_s, 3))
-        why = ctx.cache.store(
-            key, ex, {"compile_s": round(compile_s, 3)}, config["kind"] == "rtask"
-        )
-        if why:
-            entry["cache_error"] = why
+    else:
+        ex = tvm.compile(mod, target=target)
+    compile_s = time.perf_counter() - start
+    entry.update(cached=False, compile_s=round(compile_s, 3))
+    why = ctx.cache.store(key, ex, {"compile_s": round(compile_s, 3)}, config["kind"] == "rtask")
+    if why:
+        entry["cache_error"] = why
+    return ex
+
+
+def _tvm_runner(config: dict, ctx: ModelContext, entry: dict):
+    import tvm
+    from tvm import relax
+
+    start = time.perf_counter()
+    ex = build_executable(config, ctx, entry)
     if ctx.gpu:
         dev = tvm.cuda(0)
     else:
         from tvm_rtask.runtime import set_num_threads
 
-        set_num_threads(spec["threads"])
+        set_num_threads(ctx.spec["threads"])
         dev = tvm.cpu()
     vm = relax.VirtualMachine(ex, dev)
-    entry["load_s"] = round(time.perf_counter() - start, 3) if cached is not None else None
+    if entry.get("cached"):
+        entry["load_s"] = round(time.perf_counter() - start, 3)
     args = [tvm.runtime.tensor(v, dev) for v in ctx.inputs.values()]
     return (lambda: vm["main"](*args)), (dev.sync if ctx.gpu else None)
 
@@ -749,6 +778,8 @@ def run_worker(spec_path: str) -> int:
             rec["error"] = f"model setup failed: {one_line(err)}"
             append_record(spec["results"], rec)
         return 0
+    if spec.get("compile_only"):
+        return _compile_only(spec, ctx, known)
     for name in spec["configs"]:
         if time.time() > spec["deadline"]:
             break
@@ -759,6 +790,24 @@ def run_worker(spec_path: str) -> int:
         rec.update(entry)
         rec["date"] = datetime.datetime.now().isoformat(timespec="seconds")
         append_record(spec["results"], rec)
+    _write_status(spec["status"], config=None, phase="done")
+    return 0
+
+
+def _compile_only(spec: dict, ctx: ModelContext, known: dict) -> int:
+    """Fill the cache; a configuration that fails to compile is recorded as failed."""
+    for name in spec["configs"]:
+        _write_status(spec["status"], config=name, phase="compile")
+        entry: dict = {}
+        try:
+            build_executable(known[name], ctx, entry, compile_only=True)
+        except Exception as err:
+            traceback.print_exc()
+            rec = base_record(spec, name)
+            rec.update(entry)
+            rec["error"] = f"compile failed: {one_line(err)}"
+            rec["date"] = datetime.datetime.now().isoformat(timespec="seconds")
+            append_record(spec["results"], rec)
     _write_status(spec["status"], config=None, phase="done")
     return 0
 
@@ -960,6 +1009,59 @@ class Runner:
                 return
             todo = remaining
 
+    def precompile(self, jobs: list[tuple[dict, str]], parallel: int, end: float) -> None:
+        """Compile ``jobs`` (spec, configuration) ``parallel`` at a time into the cache, before
+        any timing: compiles are CPU-bound and independent, timings must run alone. A job that
+        fails is recorded as failed; one cut by ``end`` is compiled again by the timing pass."""
+        pending = list(jobs)
+        running: list[tuple] = []
+        started_at = time.time()
+        print(f"compiling {len(pending)} configuration(s), {parallel} at a time", flush=True)
+        while pending or running:
+            now = time.time()
+            while pending and len(running) < parallel and now < end - self.args.min_start_s:
+                spec, name = pending.pop(0)
+                tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"compile-{spec['model_id']}-{name}")
+                spec = {**spec, "configs": [name], "compile_only": True, "deadline": end}
+                spec["status"] = str(self.logs / f"{tag}.status.json")
+                spec_path = self.logs / f"{tag}.spec.json"
+                spec_path.write_text(json.dumps(spec))
+                log = self.logs / f"{tag}.log"
+                with open(log, "ab") as out:
+                    offset = out.tell()
+                    proc = subprocess.Popen(
+                        [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        cwd=str(ROOT),
+                    )
+                running.append((proc, spec, name, now, log, offset))
+            if pending and now >= end - self.args.min_start_s:
+                pending = []  # left to the timing pass
+            still = []
+            for proc, spec, name, began, log, offset in running:
+                code = proc.poll()
+                why = None
+                if code is not None and code != 0:
+                    why = f"worker died (status {code}) while compiling: {_tail(log, offset)}"
+                elif code is None and now - began > self.args.timeout:
+                    _kill(proc)
+                    why = f"timed out after {self.args.timeout} s (compiling; worker killed)"
+                elif code is None and now > end:
+                    _kill(proc)  # not recorded: the timing pass compiles it if time is left
+                elif code is None:
+                    still.append((proc, spec, name, began, log, offset))
+                if why:
+                    rec = base_record(spec, name)
+                    rec["error"] = why
+                    rec["date"] = datetime.datetime.now().isoformat(timespec="seconds")
+                    append_record(self.results, rec)
+            running = still
+            self._print_new()
+            time.sleep(0.2)
+        print(f"compiled in {time.time() - started_at:.1f} s", flush=True)
+
     def _watch(self, proc, status_path: Path, spec: dict) -> tuple[str | None, str | None]:
         """Wait for the worker; kill it when a configuration overruns its timeout or the
         deadline comes. Returns ``(configuration at fault, why)``; ``(None, None)`` when
@@ -1070,6 +1172,16 @@ def parse_args(argv):
     parser.add_argument("--no-cache", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="ignore configurations recorded")
     parser.add_argument("--retry-failed", action="store_true", help="run failed ones again")
+    parser.add_argument(
+        "--compile-jobs",
+        type=int,
+        default=1,
+        help="compile the TVM configurations this many at a time first (cache needed); "
+        "the timings then run one at a time",
+    )
+    parser.add_argument(
+        "--compile-share", type=float, default=0.7, help="of the time to the deadline, at most"
+    )
     parser.add_argument("--tolerance", type=float, default=TOLERANCE)
     parser.add_argument("--peer-tolerance", type=float, default=PEER_TOLERANCE)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -1122,6 +1234,11 @@ def main(argv: list[str] | None = None) -> int:
     done = recorded_keys(results, args.retry_failed)
     runner = Runner(args, target_kind, results, deadline)
     print(f"results -> {results} ({env['device']}; {len(done)} configurations recorded before)")
+    arch = None
+    if target_kind == "cuda":
+        cap = env.get("gpu", {}).get("compute_cap", "")
+        arch = f"sm_{cap.replace('.', '')}" if re.fullmatch(r"\d+\.\d+", cap) else None
+    plan = []  # (spec, group, todo)
     skipped_before = 0
     for name, overrides in models:
         for batch in args.batch:
@@ -1133,6 +1250,7 @@ def main(argv: list[str] | None = None) -> int:
                 "overrides": overrides,
                 "model_id": mid,
                 "target": target_kind,
+                "arch": arch,
                 "threads": args.threads,
                 "warmup": args.warmup,
                 "repeat": args.repeat,
@@ -1152,8 +1270,27 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 skipped_before += sum(1 for c in configs if worker_group(c) == group) - len(todo)
                 if todo:
-                    runner.run_group({**spec, "group": group}, todo)
-            write_summaries(results, plot_png=False)
+                    plan.append(({**spec, "group": group}, todo))
+    if args.compile_jobs > 1 and not args.no_cache:
+        kinds = {c["name"]: c["kind"] for c in configs}
+        jobs = [
+            (spec, name) for spec, todo in plan for name in todo if kinds[name] in ("tvm", "rtask")
+        ]
+        if jobs:
+            end = (
+                start + args.compile_share * (deadline - start)
+                if deadline < float("inf")
+                else deadline
+            )
+            runner.precompile(jobs, args.compile_jobs, end)
+            done = recorded_keys(results, args.retry_failed)
+    # Every model's TVM configurations first, then the peers (torch.compile takes minutes).
+    plan.sort(key=lambda item: item[0]["group"] != "tvm")
+    for spec, todo in plan:
+        todo = [c for c in todo if record_key(target_kind, spec["model_id"], c) not in done]
+        if todo:
+            runner.run_group(spec, todo)
+        write_summaries(results, plot_png=False)
     doc = write_summaries(results, plot_png=not args.no_plot)
     failures = sum(1 for m in doc["models"] for e in m["configs"].values() if "error" in e)
     print(f"results -> {results} (+ .json, .md{'' if args.no_plot else ', .png'})")
