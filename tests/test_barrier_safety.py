@@ -14,7 +14,7 @@ from tvm_rtask.errors import CapacityError, PlanError
 from tvm_rtask.relax_passes import PlanRPrograms, RTaskPrepare, extract_graph
 from tvm_rtask.runtime import native
 from tvm_rtask.testing.onnx_light import load_light_model
-from tvm_rtask.tir.cpu_dispatch import (
+from tvm_rtask.backend.cpu.dispatch import (
     CPUProgramCode,
     KernelCall,
     Run,
@@ -22,7 +22,7 @@ from tvm_rtask.tir.cpu_dispatch import (
     Wait,
     build_cpu_dispatcher,
 )
-from tvm_rtask.tir.cpu_rkernel import make_cpu_rkernel
+from tvm_rtask.backend.cpu.rkernel import make_cpu_rkernel
 
 
 @pytest.fixture(scope="module")

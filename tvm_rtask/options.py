@@ -1,43 +1,54 @@
 """Options of the rTask pipeline: keyword arguments, PassContext ``rtask.*`` keys, defaults.
 
 An explicit keyword wins over the PassContext config key of the same name (``rtask.policy``,
-``rtask.num_veu``, ``rtask.barrier``, ...), which wins over the default.
+``rtask.num_veu``, ``rtask.barrier``, ...), which wins over the default. Options are resolved
+once into a frozen :class:`RTaskOptions`; the chosen target's backend then checks the ones
+that only it reads (``tvm_rtask.backend``) and refuses those that do not apply to it.
+
+Target-specific options default to ``None`` ("the backend's default"), so that a backend can
+tell an option the user set from one nobody touched.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 from .errors import OptionError
 
-POLICIES = ("wavefront", "wavefront_global", "ios", "opara", "sequential")
 BARRIERS = ("fine", "global")
 FUSIONS = ("fuseops", "stitch", "none")
+COST_MODELS = ("analytical",)
+# Options that travel outside PassContext config keys (a dict and an object).
+_NOT_CONFIG = ("policy_options", "cost")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RTaskOptions:
     """Everything a user can set; see README for what each changes."""
 
     policy: str = "wavefront"
     barrier: str = "fine"
     num_veu: int | None = None  # None: the device's capacity (CPU: worker threads)
-    rtasks_per_veu: int = 2  # CPU: an operator is cut into up to num_veu * this rTasks
+    rtasks_per_veu: int | None = None  # rTasks per vEU an operator is cut into (CPU: 2)
     fusion: str = "fuseops"
     spin_timeout_ms: int = 60_000
-    cuda_threads: int = 256  # CUDA: threads of a vEU (dlight schedules at most this many)
-    cuda_registers: int = 0  # CUDA: registers per thread assumed for occupancy (0: unknown)
+    cuda_threads: int | None = None  # CUDA: threads of a vEU (default: the kernels' own)
+    cuda_registers: int | None = None  # CUDA: registers per thread assumed for occupancy
     device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
-    check_status: bool = True  # CUDA: main checks the barrier status words after the programs
-    verify_occupancy: bool = True  # CUDA: ptxas -v registers must let all vEUs be co-resident
-    cooperative_launch: bool = False  # CUDA: the driver refuses a grid that is not co-resident
-    max_ops_per_program: int | None = None  # rProgram cap (None: 64 llvm, 512 cuda)
-    max_kernels_per_program: int | None = None  # distinct kernels (None: 32 cuda, 0 llvm)
+    check_status: bool | None = None  # CUDA: a blocking status check after every call
+    verify_occupancy: bool | None = None  # CUDA: ptxas -v registers must fit all vEUs at once
+    cooperative_launch: bool | None = None  # CUDA: the driver refuses a non-co-resident grid
+    max_ops_per_program: int | None = None  # rProgram cap (None: the backend's default)
+    max_kernels_per_program: int | None = None  # distinct kernels (None: backend default)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
     db: str | None = None  # MetaSchedule work directory whose tuned kernels replace the defaults
+    policy_options: dict = field(default_factory=dict)  # the policy's own (ios: r, s, ...)
+    cost: Any = "analytical"  # "analytical" or a schedule.CostModel (e.g. a measured one)
 
     def validate(self) -> RTaskOptions:
         from .schedule import policy_names
+        from .schedule.cost import CostModel
 
         if self.policy not in policy_names():
             raise OptionError(
@@ -47,49 +58,119 @@ class RTaskOptions:
             raise OptionError(f"barrier must be one of {BARRIERS}, not {self.barrier!r}")
         if self.fusion not in FUSIONS:
             raise OptionError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
-        if self.num_veu is not None and (not isinstance(self.num_veu, int) or self.num_veu < 1):
-            raise OptionError(f"num_veu must be a positive integer, not {self.num_veu!r}")
-        if not isinstance(self.rtasks_per_veu, int) or self.rtasks_per_veu < 1:
-            raise OptionError(f"rtasks_per_veu must be >= 1, not {self.rtasks_per_veu!r}")
-        if not isinstance(self.cuda_threads, int) or not 32 <= self.cuda_threads <= 1024:
+        for key in ("num_veu", "rtasks_per_veu"):
+            value = getattr(self, key)
+            if value is not None and (not _is_int(value) or value < 1):
+                raise OptionError(f"{key} must be a positive integer, not {value!r}")
+        if self.cuda_threads is not None and (
+            not _is_int(self.cuda_threads) or not 32 <= self.cuda_threads <= 1024
+        ):
             raise OptionError(f"cuda_threads must be in 32..1024, not {self.cuda_threads!r}")
-        if not isinstance(self.cuda_registers, int) or not 0 <= self.cuda_registers <= 255:
+        if self.cuda_registers is not None and (
+            not _is_int(self.cuda_registers) or not 0 <= self.cuda_registers <= 255
+        ):
             raise OptionError(f"cuda_registers must be in 0..255, not {self.cuda_registers!r}")
         for key in ("max_kernels_per_program", "max_ops_per_program"):
             value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or value < 0):
+            if value is not None and (not _is_int(value) or value < 0):
                 raise OptionError(f"{key} must be >= 0 (0: no limit), not {value!r}")
-        if not isinstance(self.cooperative_launch, bool):
-            raise OptionError(
-                f"cooperative_launch must be True or False, not {self.cooperative_launch!r}"
-            )
-        if not isinstance(self.ios_merge, bool):
-            raise OptionError(f"ios_merge must be True or False, not {self.ios_merge!r}")
+        for key in ("check_status", "verify_occupancy", "cooperative_launch", "ios_merge"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, bool):
+                raise OptionError(f"{key} must be True or False, not {value!r}")
         if self.db is not None and not isinstance(self.db, str):
             raise OptionError(f"db must be a directory path (str), not {self.db!r}")
-        if not isinstance(self.spin_timeout_ms, int) or self.spin_timeout_ms < 1:
+        if not _is_int(self.spin_timeout_ms) or self.spin_timeout_ms < 1:
             raise OptionError(f"spin_timeout_ms must be >= 1, not {self.spin_timeout_ms!r}")
+        if not isinstance(self.cost, CostModel) and self.cost not in COST_MODELS:
+            raise OptionError(
+                f"cost must be one of {COST_MODELS} or a tvm_rtask.schedule.CostModel "
+                f"(e.g. runtime.measured_cost_model(...)), not {self.cost!r}"
+            )
+        _check_policy_options(self.policy, self.policy_options)
         return self
 
+    def cost_model(self):
+        """The cost model object the planner uses."""
+        from .schedule.cost import AnalyticalCostModel
+
+        return AnalyticalCostModel() if self.cost == "analytical" else self.cost
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain data (the cost model by name), as stored in a Plan's JSON."""
+        d = asdict(replace(self, cost="analytical"))
+        d["cost"] = self.cost if isinstance(self.cost, str) else type(self.cost).__name__
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RTaskOptions:
+        """The options a Plan was made with (a measured cost model comes back as its name,
+        which only names what planned it: planning is over by then)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_policy_options(policy: str, options: dict) -> None:
+    from .schedule.policy import get_policy
+
+    if not isinstance(options, dict):
+        raise OptionError(f"policy_options must be a dict, not {options!r}")
+    get_policy(policy, **options)  # raises OptionError naming an option the policy lacks
+
+
+def config_types() -> dict[str, str]:
+    """``rtask.<name>`` -> TVM config type ("int", "str", "bool"), from the fields above."""
+    types = {}
+    for f in fields(RTaskOptions):
+        if f.name in _NOT_CONFIG:
+            continue
+        annotation = str(f.type)
+        kind = "bool" if "bool" in annotation else "int" if "int" in annotation else "str"
+        types[f"rtask.{f.name}"] = kind
+    return types
 
 
 def resolve_options(explicit: dict, pass_config=None) -> RTaskOptions:
-    """Merge explicit keywords, ``rtask.*`` PassContext keys and defaults; reject unknowns."""
+    """Merge explicit keywords, ``rtask.*`` PassContext keys and defaults; reject unknowns.
+
+    A keyword that is not an RTaskOptions field but an option of the chosen policy (ios's
+    ``r``, ``s``, ...) goes to ``policy_options``.
+    """
     known = {f.name for f in fields(RTaskOptions)}
-    unknown = sorted(set(explicit) - known)
-    if unknown:
-        raise OptionError(f"unknown option(s) {unknown}; known options: {sorted(known)}")
-    values = {}
+    values: dict[str, Any] = {}
     config = pass_config if pass_config is not None else {}
-    for name in known:
+    for name in known - set(_NOT_CONFIG):
         key = f"rtask.{name}"
         if key in config:
             value = config[key]
             values[name] = value if isinstance(value, (bool, type(None))) else _plain(value)
-    values.update({k: v for k, v in explicit.items() if v is not None})
+    values.update({k: v for k, v in explicit.items() if v is not None and k in known})
+    extra = {k: v for k, v in explicit.items() if k not in known and v is not None}
+    if extra:
+        policy = values.get("policy", RTaskOptions.policy)
+        accepted = _policy_option_names(policy)
+        unknown = sorted(set(extra) - accepted)
+        if unknown:
+            raise OptionError(
+                f"unknown option(s) {unknown}; known options: {sorted(known - {'cost'})} "
+                f"and the options of policy {policy!r}: {sorted(accepted) or 'none'}"
+            )
+        values["policy_options"] = {**values.get("policy_options", {}), **extra}
     return RTaskOptions(**values).validate()
+
+
+def _policy_option_names(policy: str) -> set[str]:
+    from .schedule.limits import LIMIT_OPTIONS
+    from .schedule.policy import get_policy
+
+    try:
+        return set(get_policy(policy).OPTIONS) - set(LIMIT_OPTIONS)
+    except OptionError:
+        return set()
 
 
 def _plain(value):

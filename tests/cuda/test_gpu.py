@@ -10,6 +10,14 @@ from tvm import relax
 
 import tvm_rtask
 from tvm_rtask import models as zoo
+from tvm_rtask.backend.cuda.dispatch import (
+    ENTRY_WORDS,
+    WAIT,
+    CUDAProgramCode,
+    build_cuda_dispatcher,
+    sync_words,
+)
+from tvm_rtask.backend.cuda.rkernel import make_cuda_rkernel, schedule_for_cuda
 from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
 from tvm_rtask.testing.onnx_light import (
     LIGHT_MODELS,
@@ -18,15 +26,7 @@ from tvm_rtask.testing.onnx_light import (
     random_inputs,
 )
 from tvm_rtask.testing.run import run_executable
-from tvm_rtask.tir.cpu_dispatch import TensorDecl
-from tvm_rtask.tir.cuda_dispatch import (
-    ENTRY_WORDS,
-    WAIT,
-    CUDAProgramCode,
-    build_cuda_dispatcher,
-    sync_words,
-)
-from tvm_rtask.tir.cuda_rkernel import make_cuda_rkernel, schedule_for_cuda
+from tvm_rtask.tir.common import TensorDecl
 
 pytestmark = pytest.mark.gpu
 TARGET = {"kind": "cuda", "arch": "sm_90"}
@@ -141,7 +141,7 @@ def test_broken_plan_times_out_with_an_error():
     y = tvm.runtime.empty((1024,), "float32", dev)
     lib["main"](x, tvm.runtime.tensor(table, dev), tvm.runtime.tensor(pairs, dev), sync, y)
     dev.sync()
-    from tvm_rtask.runtime.cuda_status import check_status
+    from tvm_rtask.backend.cuda.status import check_status
 
     with pytest.raises(RuntimeError, match="timed out"):
         check_status(sync)

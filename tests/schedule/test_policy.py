@@ -40,7 +40,7 @@ def test_custom_policy_plugs_in():
             return SequentialPolicy().plan(graph, vdevice, cost)
 
     plan = make_plan(diamond(), VDevice.cpu(2), "test-everything-sequential", unused=2)
-    assert plan.policy == "test-everything-sequential" and plan.options == {"unused": 2}
+    assert plan.policy == "test-everything-sequential" and plan.policy_options == {"unused": 2}
     plan = make_plan(diamond(), VDevice.cpu(2), Everything())
     with pytest.raises(OptionError):
         make_plan(diamond(), VDevice.cpu(2), Everything(), unused=3)

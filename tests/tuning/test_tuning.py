@@ -90,7 +90,7 @@ def _tune(model, db, out, **kw):
 
 def _record_counts(model, db) -> dict[str, int]:
     from tvm_rtask.tuning import extract_tasks
-    from tvm_rtask.tuning.database import open_database, valid_records
+    from tvm_rtask.records.database import open_database, valid_records
     from tvm_rtask.tuning.tasks import prepared, task_module
 
     database = open_database(db)
@@ -209,8 +209,8 @@ def _planned(model, **options):
 def test_matmul_and_conv_get_variants_with_distinct_rtask_counts(tuned, use_db):
     from tvm_rtask.core import Plan
     from tvm_rtask.relax_passes import PLAN_ATTR
-    from tvm_rtask.relax_passes.plan import kernel_function
-    from tvm_rtask.tir.cpu_tuned import TUNED_ATTR
+    from tvm_rtask.backend.cpu.backend import kernel_function
+    from tvm_rtask.records import TUNED_ATTR
 
     fused, mod = _planned(tuned["model"], **({"db": tuned["db"]} if use_db else {}))
     plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]))
@@ -298,7 +298,7 @@ def test_compile_reads_a_torn_database_without_writing_it(tuned, tmp_path):
 
 
 def test_torn_database_line_is_dropped(tmp_path):
-    from tvm_rtask.tuning.database import repair
+    from tvm_rtask.records.database import repair
 
     records = tmp_path / "database_tuning_record.json"
     records.write_text("[0, [1]]\n[0, [2]]\n[0, [3")  # a write cut short by SIGKILL

@@ -39,7 +39,11 @@ class Plan:
     policy: str = ""
     estimated_us: float = 0.0
     ideal_us: float = 0.0
+    # The options it was planned with (tvm_rtask.options.RTaskOptions.to_dict()), and the
+    # policy's own options as the policy saw them (defaults filled in).
     options: dict[str, Any] = field(default_factory=dict)
+    policy_options: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)  # Target.export() it was planned for
     # CUDA, after build with nvcc found: ptxas -v of each persistent kernel (registers per
     # thread, shared memory bytes) and the co-resident blocks they allow. Not serialized.
     kernel_usage: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -129,6 +133,8 @@ class Plan:
             "estimated_us": self.estimated_us,
             "ideal_us": self.ideal_us,
             "options": _jsonable(self.options),
+            "policy_options": _jsonable(self.policy_options),
+            "target": _jsonable(self.target),
         }
 
     @classmethod
@@ -149,6 +155,8 @@ class Plan:
             estimated_us=d.get("estimated_us", 0.0),
             ideal_us=d.get("ideal_us", 0.0),
             options=dict(d.get("options", {})),
+            policy_options=dict(d.get("policy_options", {})),
+            target=dict(d.get("target", {})),
         )
 
     def to_json(self, indent: int | None = None) -> str:

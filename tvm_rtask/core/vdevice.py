@@ -223,6 +223,8 @@ class VDevice:
     spec: DeviceSpec
     num_veu: int
     capacity: int
+    threads: int = 1  # threads of one vEU (CUDA: the persistent block size)
+    blocks_per_sm: int = 1  # CUDA: co-resident vEUs per SM the kernels are compiled for
 
     def __post_init__(self) -> None:
         if self.num_veu < 1:
@@ -264,11 +266,24 @@ class VDevice:
                 f"memory co-resident ({spec.num_sms} SMs x "
                 f"{capacity // spec.num_sms} per SM); lower num_veu or the block's resources"
             )
-        return cls(spec, num_veu, capacity)
+        per_sm = capacity // spec.num_sms
+        return cls(spec, num_veu, capacity, threads, per_sm)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "num_veu": self.num_veu, "capacity": self.capacity}
+        return {
+            "spec": self.spec.to_dict(),
+            "num_veu": self.num_veu,
+            "capacity": self.capacity,
+            "threads": self.threads,
+            "blocks_per_sm": self.blocks_per_sm,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VDevice:
-        return cls(DeviceSpec.from_dict(d["spec"]), d["num_veu"], d["capacity"])
+        return cls(
+            DeviceSpec.from_dict(d["spec"]),
+            d["num_veu"],
+            d["capacity"],
+            d.get("threads", 1),
+            d.get("blocks_per_sm", 1),
+        )

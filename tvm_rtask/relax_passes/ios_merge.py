@@ -19,9 +19,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ..backend import as_target, get_backend
 from ..core import Plan
 from ..errors import remember_errors
-from ..options import resolve_options
 from ..schedule import AnalyticalCostModel, CostModel
 from ..schedule.ios import choose_merges
 from ..tir.tags import annotate_blocks, block_annotations
@@ -79,7 +79,7 @@ class IOSOperatorMerge:
     """
 
     def __init__(self, target="llvm", cost: CostModel | None = None, **options) -> None:
-        self.target = target
+        self.target = as_target(target)
         self.cost = cost or AnalyticalCostModel()
         self.options = options
         self.last_chosen: list[set[int]] = []
@@ -87,10 +87,10 @@ class IOSOperatorMerge:
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         from .pipeline import RTaskPrepare  # pipeline imports this module
-        from .plan import PLAN_ATTR, PlanRPrograms, as_target, program_limits
+        from .plan import PLAN_ATTR, PlanRPrograms, plan_options
 
         self.last_chosen = []
-        options = resolve_options(self.options, ctx.config)
+        options = plan_options(self.options, ctx, self.target)
         if options.policy != "ios" or not options.ios_merge:
             return mod
         if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
@@ -99,13 +99,13 @@ class IOSOperatorMerge:
         if not candidates:
             return mod
         tagged = _tag_candidates(mod, candidates)
-        prepared = RTaskPrepare(options.fusion)(tagged)
-        planned = PlanRPrograms(self.target, **self.options)(prepared)
+        prepared = RTaskPrepare(options.fusion, self.target)(tagged)
+        planned = PlanRPrograms(self.target, options=options)(prepared)
         plan = Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)
         tags = _operator_tags(prepared, plan)
         merges = {op: (group, scale) for op, (group, scale, _) in tags.items()}
         # the DP sees the segments the final plan will have (the same rProgram limits)
-        limits = program_limits(options, as_target(self.target))
+        limits = get_backend(self.target).program_limits(options)
         chosen = choose_merges(plan.graph, plan.vdevice, self.cost, merges, **limits)
         self.last_chosen = [{tags[op][2] for op in stage} for stage in chosen]
         if not self.last_chosen:

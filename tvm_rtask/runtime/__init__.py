@@ -25,7 +25,7 @@ def __getattr__(name: str):
 
         return export_library
     if name in ("set_num_threads", "num_threads"):
-        from . import threads
+        from ..backend.cpu import threads
 
         return getattr(threads, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

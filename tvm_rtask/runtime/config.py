@@ -39,29 +39,15 @@ import logging
 import threading
 from pathlib import Path
 
+from ..options import config_types
+
 __all__ = ["CONFIG_OPTIONS", "register_config_options"]
 
 logger = logging.getLogger(__name__)
 
-#: The config keys tvm-rtask registers, with their TVM value type string.
-CONFIG_OPTIONS: dict[str, str] = {
-    "rtask.policy": "str",
-    "rtask.barrier": "str",
-    "rtask.num_veu": "int",
-    "rtask.rtasks_per_veu": "int",
-    "rtask.fusion": "str",
-    "rtask.spin_timeout_ms": "int",
-    "rtask.cuda_threads": "int",
-    "rtask.cuda_registers": "int",
-    "rtask.device": "str",
-    "rtask.check_status": "bool",
-    "rtask.verify_occupancy": "bool",
-    "rtask.cooperative_launch": "bool",
-    "rtask.max_ops_per_program": "int",
-    "rtask.max_kernels_per_program": "int",
-    "rtask.db": "str",
-    "rtask.ios_merge": "bool",
-}
+#: The config keys tvm-rtask registers, with their TVM value type string (one per field of
+#: :class:`tvm_rtask.options.RTaskOptions`).
+CONFIG_OPTIONS: dict[str, str] = config_types()
 
 # Result codes of tvm_rtask_register_config_options (src/pass_config.cc).
 RC_OK = 0

@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backend import as_target, get_backend
+from ..backend.cpu.threads import cpu_model_name  # noqa: F401 - part of this module's API
 from ..core import Plan, RGraph, RKernel, ROperator, VDevice
 from ..errors import OptionError
 from ..schedule.cost import CalibratedCostModel, calibrate
@@ -57,24 +58,6 @@ class Measurement:
     cached: bool = False
 
 
-def cpu_model_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what ``platform`` knows."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return cpu
-
-
-def _host() -> str:
-    """What identifies the machine a CPU time was measured on."""
-    return f"{cpu_model_name()}/{os.cpu_count()}"
-
-
 class RKernelProfiler:
     """Times rKernel PrimFuncs on ``target`` (llvm by default), with an on-disk cache."""
 
@@ -89,18 +72,11 @@ class RKernelProfiler:
         import tvm
 
         self.tvm = tvm
-        self.target = _as_target(target)
+        self.target = as_target(target)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.repeat, self.min_repeat_ms, self.use_cache = repeat, min_repeat_ms, use_cache
-        kind = self.target.kind.name
-        if kind == "llvm":
-            self.device = tvm.cpu(0)
-        elif kind == "cuda":
-            self.device = tvm.cuda(0)
-            if not self.device.exist:
-                raise OptionError("profiling a CUDA target needs a CUDA GPU; none is present")
-        else:
-            raise OptionError(f"cannot profile target kind {kind!r}; use llvm or cuda")
+        self.backend = get_backend(self.target)
+        self.device = self.backend.device()
         self.measured = 0
         self.hits = 0
 
@@ -114,7 +90,7 @@ class RKernelProfiler:
                 str(tvm_ffi.structural_hash(func)),
                 str(self.target),
                 str(num_rtasks),
-                _host() if self.target.kind.name == "llvm" else "",
+                self.backend.host_fingerprint(),
             ]
         )
         return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -172,18 +148,6 @@ class RKernelProfiler:
         os.replace(f.name, path)
 
 
-def _as_target(target):
-    import tvm
-
-    if isinstance(target, tvm.target.Target):
-        return target
-    if isinstance(target, dict):
-        return tvm.target.Target(target)
-    if target in ("llvm", "c"):
-        return tvm.target.Target({"kind": target})
-    return tvm.target.Target(target)
-
-
 def profile_module(
     mod,
     target="llvm",
@@ -200,25 +164,28 @@ def profile_module(
     from .. import frontend
     from ..options import resolve_options
     from ..relax_passes import RTaskPrepare, extract_graph
-    from ..relax_passes.plan import cpu_vdevice
-    from ..tir.cpu_rkernel import make_cpu_rkernel
 
     profiler = profiler or RKernelProfiler(target)
-    if profiler.target.kind.name != "llvm":
-        raise OptionError("profile_module makes CPU rKernels: use an llvm target")
+    backend = profiler.backend
+    if not backend.rkernels_run_standalone:
+        raise OptionError(
+            f"the {backend.name} backend's rKernels cannot run alone (they take the "
+            "dispatcher's task and thread ids): profile_module cannot time them"
+        )
     options = resolve_options({"num_veu": num_veu, "rtasks_per_veu": rtasks_per_veu})
-    vdevice = cpu_vdevice(options)
-    prepared = RTaskPrepare(fusion)(frontend.load(mod))
-    max_rtasks = vdevice.num_veu * options.rtasks_per_veu
+    backend.check_options(options)
+    prepared = RTaskPrepare(fusion, profiler.target)(frontend.load(mod))
+    prepared, variants_for, vdevice_of = backend.make_rkernels(prepared.clone(), options)
     funcs: dict[str, tuple[object, RKernel]] = {}
 
     def rkernels_for(name: str) -> list[RKernel]:
         if name not in funcs:
-            k = make_cpu_rkernel(prepared[name], max_rtasks)
-            funcs[name] = (k.func, RKernel(f"{name}@{k.num_rtasks}", k.num_rtasks))
+            kernel = variants_for(name)[0]  # the most parallel variant, in place of ``name``
+            funcs[name] = (prepared[name], kernel)
         return [funcs[name][1]]
 
     graph = RGraph(extract_graph(prepared, rkernels_for).operators)
+    vdevice = vdevice_of()
     samples = []
     done: dict[str, float] = {}
     for op in graph:

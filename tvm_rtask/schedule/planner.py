@@ -29,7 +29,7 @@ def make_plan(
     else:
         pol = get_policy(policy, **options)
     steps = pol.plan(graph, vdevice, cost)
-    plan = Plan(graph, vdevice, steps, policy=pol.name, options=dict(pol.options))
+    plan = Plan(graph, vdevice, steps, policy=pol.name, policy_options=dict(pol.options))
     plan.validate()
     plan.estimated_us = simulate_plan(steps, graph, vdevice, cost)
     plan.ideal_us = ideal_us(graph, vdevice, cost)

@@ -9,13 +9,13 @@ tensor intrinsics take ~20 s to import) is loaded only by the functions that nee
 from __future__ import annotations
 
 _LAZY = {
+    "TunedKernels": ("records", "TunedKernels"),
+    "load_tuned": ("records", "load_tuned"),
     "tune": ("tuner", "tune"),
     "TuneReport": ("tuner", "TuneReport"),
     "RPCSettings": ("measure", "RPCSettings"),
     "extract_tasks": ("tasks", "extract_tasks"),
     "TuningTask": ("tasks", "TuningTask"),
-    "TunedKernels": ("apply", "TunedKernels"),
-    "load_tuned": ("apply", "load_tuned"),
 }
 
 __all__ = list(_LAZY)
@@ -27,4 +27,6 @@ def __getattr__(name: str):
     import importlib
 
     module_name, attr = _LAZY[name]
+    if module_name == "records":
+        return getattr(importlib.import_module("..records", __name__), attr)
     return getattr(importlib.import_module(f".{module_name}", __name__), attr)

@@ -13,12 +13,12 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
+from ..records.workload import TASK_SYMBOL, task_module, workload_key  # noqa: F401 - re-exported
 from ..relax_passes.dataflow import as_tir_call, main_dataflow
 from ..tir.analysis import estimate_flops
 
 # MetaSchedule's builder only exports functions with a global symbol (a private PrimFunc from
 # FuseTIR has none, and the build fails in a later pass): the task module names it "main".
-TASK_SYMBOL = "main"
 
 
 @dataclass
@@ -33,16 +33,6 @@ class TuningTask:
     @property
     def key(self) -> str:
         return workload_key(self.func)
-
-
-def task_module(func: tirx.PrimFunc) -> tvm.IRModule:
-    """The IRModule MetaSchedule tunes and looks up for ``func`` (one ``main`` with a symbol)."""
-    return tvm.IRModule({TASK_SYMBOL: func.with_attr("global_symbol", TASK_SYMBOL)})
-
-
-def workload_key(func: tirx.PrimFunc) -> str:
-    """A stable text key of the workload (MetaSchedule's structural hash, in hex)."""
-    return f"{tvm_ffi.structural_hash(task_module(func)) & (2**64 - 1):016x}"
 
 
 def has_reduction(func: tirx.PrimFunc) -> bool:

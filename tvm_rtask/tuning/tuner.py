@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import OptionError
-from .database import Ledger, mean_secs, open_database, valid_records
+from ..records.database import Ledger, mean_secs, open_database, valid_records
 from .measure import RPCSettings, make_builder, make_runner
 from .tasks import TuningTask, extract_tasks, prepared, task_module
 
@@ -36,19 +36,10 @@ class TuneReport:
 
 
 def tuning_target(target, num_cores: int | None = None):
-    """The target MetaSchedule tunes for: llvm needs ``num-cores`` (its parallel rules)."""
-    from tvm.target import Target
+    """The target MetaSchedule tunes for (the backend's: llvm needs ``num-cores``)."""
+    from ..backend import get_backend
 
-    from ..relax_passes import as_target
-    from ..relax_passes.plan import cpu_worker_capacity
-
-    target = as_target(target)
-    if target.kind.name != "llvm":
-        return target
-    config = dict(target.export())
-    if num_cores is not None or "num-cores" not in config:
-        config["num-cores"] = int(num_cores or cpu_worker_capacity())
-    return Target(config)
+    return get_backend(target).tuning_target(num_cores)
 
 
 def split_budget(trials: int, tasks: list[TuningTask]) -> list[int]:
@@ -67,7 +58,7 @@ class _Session:
         self.work_dir = work_dir
         self.rpc = rpc
         self.seed = seed
-        self.cores = int(target.attrs.get("num-cores", 1)) if target.kind.name == "llvm" else 1
+        self.cores = int(target.attrs.get("num-cores", 1))  # cores a measurement ran on
         self._parts = None
 
     def parts(self):

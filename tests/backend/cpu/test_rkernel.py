@@ -5,8 +5,8 @@ import pytest
 import tvm
 from tvm.script import relax as R
 
+from tvm_rtask.backend.cpu.rkernel import CHUNK_ANNOTATION, make_cpu_rkernel
 from tvm_rtask.relax_passes import prepare_pipeline
-from tvm_rtask.tir.cpu_rkernel import CHUNK_ANNOTATION, make_cpu_rkernel
 
 
 @tvm.script.ir_module

@@ -8,7 +8,7 @@ from tvm.script import relax as R
 
 import tvm_rtask
 from tvm_rtask.core import Barrier, RProgram, RTask
-from tvm_rtask.tir.cpu_dispatch import Run, Signal, Wait, scripts_from_program, waves_from_program
+from tvm_rtask.core.script import Run, Signal, Wait, scripts_from_program, waves_from_program
 
 
 def _program():

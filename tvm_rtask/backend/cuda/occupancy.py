@@ -16,8 +16,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from ..core import DeviceSpec, blocks_per_sm
-from ..errors import CapacityError
+from ...core import DeviceSpec, blocks_per_sm
+from ...errors import CapacityError
 
 _FUNCTION = re.compile(r"Compiling entry function '(\w+)'")
 _USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")

@@ -15,10 +15,8 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.tirx import IntImm
 
-from .cpu_rkernel import CHUNK_ANNOTATION, CPURKernel
-
-# Set by tvm_rtask.tuning on PrimFuncs that come from a tuning record.
-TUNED_ATTR = "rtask.tuned"
+from ...records import TUNED_ATTR
+from .kernel import CHUNK_ANNOTATION, CPURKernel
 
 
 def is_tuned(func: tirx.PrimFunc) -> bool:

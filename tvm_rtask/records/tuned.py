@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from tvm import s_tir, tirx
 
 from ..errors import OptionError
-from ..tir.cpu_tuned import TUNED_ATTR
+from . import TUNED_ATTR
 from .database import mean_secs, open_database, valid_records
-from .tasks import task_module
+from .workload import task_module
 
 
 @dataclass

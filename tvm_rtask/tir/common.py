@@ -1,30 +1,60 @@
-"""CPU rKernels: an operator's TIR with its outer spatial loop cut into rTask chunks.
-
-On llvm a vEU is one worker thread and an rTask is a contiguous chunk of the operator's
-outermost spatial iterations. The chunk loop is annotated with :data:`CHUNK_ANNOTATION`; the
-persistent dispatcher (:mod:`tvm_rtask.tir.cpu_dispatch`) later runs a sub-range of it on a vEU.
-"""
+"""TIR helpers shared by the backends: program tensors as buffers, variable substitution."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_sblock_info
-from tvm.s_tir.dlight.base.common_schedules import try_inline
-
-CHUNK_ANNOTATION = "rtask.chunk"
+from tvm.tirx import IntImm
 
 
 @dataclass
-class CPURKernel:
-    """A scheduled PrimFunc whose annotated chunk loop enumerates its rTasks."""
+class TensorDecl:
+    """A tensor of the program: a parameter of the persistent function or a workspace."""
 
-    func: tirx.PrimFunc
-    num_rtasks: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
 
 
-def _root_children(sch: s_tir.Schedule) -> list:
+def tensor_buffer(tensor: TensorDecl, narrow: bool = False) -> tirx.Var:
+    """A buffer with int64 extents, as Relax's legalized kernels declare theirs; int32 ones
+    with ``narrow`` when the tensor has fewer than 2**31 elements (GPU kernels: an int64
+    extent makes every flattened index 64-bit).
+
+    Its name must be a C identifier: CUDA source names kernel parameters after buffers, and
+    model inputs such as ONNX's ``gpu_0/data_0`` are not.
+    """
+    numel = 1
+    for n in tensor.shape:
+        numel *= int(n)
+    dtype = "int32" if narrow and numel < 2**31 else "int64"
+    shape = [IntImm(dtype, int(n)) for n in tensor.shape]
+    name = re.sub(r"\W", "_", tensor.name)
+    if not name or name[0].isdigit():
+        name = f"t_{name}"
+    return tirx.decl_buffer(shape, tensor.dtype, name)
+
+
+def substitute_vars(node, mapping: dict) -> object:
+    """Replace every occurrence of the Vars in ``mapping`` (buffers included)."""
+    by_handle = {id_of(k): v for k, v in mapping.items()}
+
+    def visit(var):
+        return by_handle.get(id_of(var), var)
+
+    return tvm_ffi.structural_map(node, (tirx.Var, visit))
+
+
+def id_of(obj) -> int:
+    """A stable identity for an FFI object (``==`` on Vars builds an expression)."""
+    return obj.__chandle__()
+
+
+def root_children(sch: s_tir.Schedule) -> list:
     return sch.get_child_blocks(sch.get_sblock("root"))
 
 
@@ -40,14 +70,14 @@ def _leading_spatial_loops(sch: s_tir.Schedule, block) -> list:
     return prefix
 
 
-def _gather_under_anchor(sch: s_tir.Schedule) -> list | None:
+def gather_under_anchor(sch: s_tir.Schedule) -> list | None:
     """Put every root block under the anchor's spatial loops; return those loops or None.
 
     The anchor is the first block that is not injective (the reduction that cannot be
     inlined); consumers are moved after it with ``reverse_compute_at`` and producers before it
     with ``compute_at``, each at the deepest spatial loop that accepts it.
     """
-    blocks = _root_children(sch)
+    blocks = root_children(sch)
     infos = [get_sblock_info(sch, b) for b in blocks]
     anchor_index = next((i for i, b in enumerate(infos) if not b.is_injective()), 0)
     anchor = blocks[anchor_index]
@@ -103,41 +133,3 @@ def _linked_to_anchor(sch: s_tir.Schedule, blocks: list, anchor_index: int) -> b
             return False
         needed |= _buffers(stmt.reads)
     return True
-
-
-def make_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
-    """Cut ``func`` into at most ``max_rtasks`` rTasks along its outer spatial iterations.
-
-    Injective blocks are inlined first (as dlight does). A function whose blocks cannot all
-    be placed under one spatial loop nest stays a single rTask: still correct, just without
-    intra-operator parallelism.
-    """
-    from .cpu_tuned import is_tuned, make_tuned_cpu_rkernel
-
-    if is_tuned(func):  # a MetaSchedule schedule: cut along its own parallel loop
-        return make_tuned_cpu_rkernel(func, max_rtasks)
-    sch = s_tir.Schedule(func)
-    try:
-        blocks = _root_children(sch)
-        try_inline(sch, [get_sblock_info(sch, b) for b in blocks])
-        loops = _gather_under_anchor(sch) if _root_children(sch) else None
-    except (s_tir.ScheduleError, ValueError, AttributeError, IndexError):
-        loops = None
-    if not loops or max_rtasks <= 1:
-        return CPURKernel(func.with_attr("rtask.num_rtasks", 1), 1)
-
-    extents = [int(sch.get(loop).extent) for loop in loops]
-    count, total = 0, 1
-    for extent in extents:
-        count, total = count + 1, total * extent
-        if total >= max_rtasks:
-            break
-    fused = sch.fuse(*loops[:count]) if count > 1 else loops[0]
-    inner = -(-total // max_rtasks)
-    num_rtasks = -(-total // inner)
-    if num_rtasks <= 1:
-        return CPURKernel(func.with_attr("rtask.num_rtasks", 1), 1)
-    outer, _ = sch.split(fused, [num_rtasks, inner])
-    sch.annotate(outer, CHUNK_ANNOTATION, 1)
-    result = sch.mod["main"].with_attr("rtask.num_rtasks", num_rtasks)
-    return CPURKernel(result, num_rtasks)

@@ -9,13 +9,13 @@ from tvm.runtime import _ffi_api as runtime_api
 
 import tvm_rtask
 from tvm_rtask import models as zoo
-from tvm_rtask.errors import OptionError
-from tvm_rtask.tir.cooperative import (
+from tvm_rtask.backend.cuda.cooperative import (
     COOPERATIVE_TAG,
     DYNAMIC_SHARED_TAG,
     LAUNCH_PARAMS_ATTR,
     MarkCooperativeLaunch,
 )
+from tvm_rtask.errors import OptionError
 
 TARGET = {"kind": "cuda", "arch": "sm_90"}
 

@@ -24,7 +24,8 @@ from tvm import s_tir, tirx
 from tvm.ir.expr import Call
 from tvm.target import Target
 
-from ..errors import UnsupportedOperator
+from ...errors import UnsupportedOperator
+from ...tir.common import gather_under_anchor, root_children
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 ALLREDUCE = "tirx.tvm_thread_allreduce"
@@ -83,12 +84,10 @@ def schedule_serial_reduction(func: tirx.PrimFunc, threads: int) -> tirx.PrimFun
     from tvm.s_tir.dlight.analysis import get_sblock_info
     from tvm.s_tir.dlight.base.common_schedules import try_inline
 
-    from .cpu_rkernel import _gather_under_anchor, _root_children
-
     sch = s_tir.Schedule(func)
     try:
-        try_inline(sch, [get_sblock_info(sch, b) for b in _root_children(sch)])
-        loops = _gather_under_anchor(sch)
+        try_inline(sch, [get_sblock_info(sch, b) for b in root_children(sch)])
+        loops = gather_under_anchor(sch)
         if not loops:
             return None
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
@@ -253,6 +252,42 @@ def _lower_cross_thread_reductions(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return mod["main"]
 
 
+def _narrow_to_int32(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """The kernel's index math in int32, as TVM's own build has it after NarrowDataType.
+
+    Narrowed here, while every extent (the grid's included) is still a constant: inside the
+    dispatcher the block index comes from a table, its range is unknown, and NarrowDataType
+    keeps everything 64-bit (63 64-bit multiplies and 25 ``mul.hi.u64`` in one conv).
+    Extents too large for int32 keep the kernel as it is.
+    """
+    import tvm
+
+    try:
+        narrowed = tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
+    except Exception:  # noqa: BLE001 - TVM refuses some kernels (an extent >= 2**31)
+        return func
+    # The pass leaves some block iteration variables int64 over an int32 domain, which
+    # later passes refuse (IterVar dtype check): retype them.
+    stale: dict[int, tirx.Var] = {}
+
+    def find(node):
+        if isinstance(node, s_tir.SBlock):
+            for iv in node.iter_vars:
+                if str(iv.var.ty) != str(iv.dom.extent.ty):
+                    stale[iv.var.__chandle__()] = tirx.Var(iv.var.name, str(iv.dom.extent.ty))
+
+    tvm_ffi.structural_walk(narrowed.body, find)
+    if stale:
+        narrowed = tvm_ffi.structural_map(
+            narrowed, (tirx.Var, lambda v: stale.get(v.__chandle__(), v))
+        )
+    try:
+        s_tir.renew_defs(narrowed)  # what the dispatcher will do: it must accept the result
+    except Exception:  # noqa: BLE001
+        return func
+    return narrowed
+
+
 def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUDARKernel:
     """Rewrite a GPU-scheduled PrimFunc into an rKernel (see the module docstring).
 
@@ -268,35 +303,53 @@ def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUD
     cross_thread = _has_cross_thread_reduction(func)
     if cross_thread:
         func = _lower_cross_thread_reductions(func)
+    func = _narrow_to_int32(func)
     grid, block = _extents(func)
     gx, gy, gz = (grid.get(t, 1) for t in BLOCK_TAGS)
     nx, ny, nz = (block.get(t, 1) for t in THREAD_TAGS)
-    rtask_id = tirx.Var("rtask_id", "int64")
-    tid = tirx.Var("tid", "int64")
+    # int32 ids, every block index bounded by its grid extent (floormod even where the
+    # rTask id alone would do): the simplifier and NarrowDataType then keep the kernel's own
+    # index math in 32 bits, as in TVM's kernel, where blockIdx/threadIdx are int32.
+    rtask_id = tirx.Var("rtask_id", "int32")
+    tid = tirx.Var("tid", "int32")
 
-    def i64(v: int):
-        return tirx.IntImm("int64", v)
+    def i32(v: int):
+        return tirx.IntImm("int32", v)
 
     values = {
-        "blockIdx.x": tirx.FloorMod(rtask_id, i64(gx)),
-        "blockIdx.y": tirx.FloorMod(tirx.FloorDiv(rtask_id, i64(gx)), i64(gy)),
-        "blockIdx.z": tirx.FloorDiv(rtask_id, i64(gx * gy)),
-        "threadIdx.x": tirx.FloorMod(tid, i64(nx)) if (ny, nz) != (1, 1) else tid,
-        "threadIdx.y": tirx.FloorMod(tirx.FloorDiv(tid, i64(nx)), i64(ny)),
-        "threadIdx.z": tirx.FloorDiv(tid, i64(nx * ny)),
+        "blockIdx.x": tirx.FloorMod(rtask_id, i32(gx)),
+        "blockIdx.y": tirx.FloorMod(tirx.FloorDiv(rtask_id, i32(gx)), i32(gy)),
+        "blockIdx.z": tirx.FloorMod(tirx.FloorDiv(rtask_id, i32(gx * gy)), i32(gz)),
+        "threadIdx.x": tirx.FloorMod(tid, i32(nx)) if (ny, nz) != (1, 1) else tid,
+        "threadIdx.y": tirx.FloorMod(tirx.FloorDiv(tid, i32(nx)), i32(ny)),
+        "threadIdx.z": tirx.FloorMod(tirx.FloorDiv(tid, i32(nx * ny)), i32(nz)),
     }
 
     def strip(loop):
         tag = _tag(loop)
         if tag is None:
             return loop
+        if tag in BLOCK_TAGS:
+            # a bound int32 variable: its range [0, extent) is what lets NarrowDataType keep
+            # the kernel's index math in 32 bits (an expression of the table-read rTask id
+            # would be simplified into an unbounded one)
+            index = tirx.Var(loop.loop_var.name, "int32")
+            value = (
+                index
+                if str(loop.loop_var.ty) == "int32"
+                else tirx.Cast(str(loop.loop_var.ty), index)
+            )
+            body = _substitute(loop.body, loop.loop_var, value)
+            return tirx.SeqStmt([tirx.Bind(index, values[tag]), _keep_annotations(loop, body)])
         if tag in values:
             value = values[tag]
-            if str(loop.loop_var.ty) != "int64":
+            if str(loop.loop_var.ty) != "int32":
                 value = tirx.Cast(str(loop.loop_var.ty), value)
-            return _substitute(loop.body, loop.loop_var, value)
+            body = _substitute(loop.body, loop.loop_var, value)
+            return _keep_annotations(loop, body)
         if tag.startswith("vthread"):
-            return _substitute(loop.body, loop.loop_var, tirx.IntImm(str(loop.loop_var.ty), 0))
+            body = _substitute(loop.body, loop.loop_var, tirx.IntImm(str(loop.loop_var.ty), 0))
+            return _keep_annotations(loop, body)
         raise UnsupportedOperator(f"unexpected thread binding {tag}")
 
     body = tvm_ffi.structural_map(func.body, (tirx.For, strip))
@@ -318,21 +371,37 @@ def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUD
     )
 
 
+def _keep_annotations(loop, body):
+    """``body`` of a removed thread loop, still under the loop's annotations.
+
+    dlight puts ``pragma_auto_unroll_max_step`` / ``pragma_unroll_explicit`` on its
+    ``threadIdx`` loop; they make TVM unroll the inner loops (256 FMAs per trip of a conv's
+    reduction loop instead of 16). An extent-1 serial loop carries them to the same passes.
+    """
+    if not loop.annotations:
+        return body
+    unit = tirx.Var(f"{loop.loop_var.name}_kept", str(loop.loop_var.ty))
+    zero = tirx.IntImm(str(loop.loop_var.ty), 0)
+    one = tirx.IntImm(str(loop.loop_var.ty), 1)
+    return tirx.For(unit, zero, one, tirx.ForKind.SERIAL, body, annotations=dict(loop.annotations))
+
+
 def _coarsen(body, rtask_id, group: int, blocks: int):
     """``for j in range(group): if block < blocks: body[rtask_id := rtask_id * group + j]``.
 
     The condition is the same for every thread of the block, which ThreadSync must be told
     (tvm_thread_invariant) to accept the syncs inside.
     """
-    j = tirx.Var("rtask_block", "int64")
-    block = tirx.Add(tirx.Mul(rtask_id, tirx.IntImm("int64", group)), j)
+    dtype = str(rtask_id.ty)
+    j = tirx.Var("rtask_block", dtype)
+    block = tirx.Add(tirx.Mul(rtask_id, tirx.IntImm(dtype, group)), j)
     inner = _substitute(body, rtask_id, block)
     cond = tirx.call_intrin(
-        "bool", "tirx.tvm_thread_invariant", tirx.LT(block, tirx.IntImm("int64", blocks))
+        "bool", "tirx.tvm_thread_invariant", tirx.LT(block, tirx.IntImm(dtype, blocks))
     )
     guarded = tirx.IfThenElse(cond, inner, None)
     return tirx.For(
-        j, tirx.IntImm("int64", 0), tirx.IntImm("int64", group), tirx.ForKind.SERIAL, guarded
+        j, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, group), tirx.ForKind.SERIAL, guarded
     )
 
 

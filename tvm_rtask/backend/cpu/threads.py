@@ -128,3 +128,16 @@ def num_threads() -> int:
         config(_MODE_SHARE_ALL_CORES, n, _cpu_list(max(n, len(_CPUS))))
         _local.configured = True
     return int(current())
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what ``platform`` knows."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return cpu

@@ -65,3 +65,47 @@ def cooperative_pipeline() -> str:
     if COOPERATIVE_PIPELINE not in PIPELINE_MAP:
         register_tir_pipeline(COOPERATIVE_PIPELINE, _cooperative_pipeline)
     return COOPERATIVE_PIPELINE
+
+
+MIN_BLOCKS_ATTR = "tirx.launch_bounds_min_blocks_per_sm"
+
+
+def _mark_min_blocks(blocks_per_sm: int):
+    """``__launch_bounds__(threads, blocks_per_sm)`` on persistent kernels: the attribute is
+    read by TVM's CUDA codegen from the device function, which SplitHostDevice makes without
+    the PrimFunc's own attributes, so it is set after the split."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="MarkMinBlocksPerSM")
+    def mark(func, _mod, _ctx):
+        name = func.attrs.get("global_symbol") if func.attrs else None
+        if name is None or not is_persistent_kernel(str(name)):
+            return func
+        return func.with_attr(MIN_BLOCKS_ATTR, blocks_per_sm)
+
+    return mark
+
+
+def persistent_pipeline(blocks_per_sm: int, cooperative: bool) -> str:
+    """The TIR pipeline for persistent kernels compiled for ``blocks_per_sm`` vEUs per SM
+    (0: no bound), cooperative or not; registered once per combination, by name."""
+    from tvm.tirx.compilation_pipeline import PIPELINE_MAP, register_tir_pipeline
+
+    name = f"tvm_rtask.persistent.b{blocks_per_sm}{'.coop' if cooperative else ''}"
+    if name in PIPELINE_MAP:
+        return name
+
+    def make():
+        lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
+
+        def device():
+            passes = [finalize_device()]
+            if cooperative:
+                passes.append(MarkCooperativeLaunch())
+            if blocks_per_sm > 0:
+                passes.append(_mark_min_blocks(blocks_per_sm))
+            return tvm.transform.Sequential(passes)
+
+        return lower, finalize_host, device
+
+    register_tir_pipeline(name, make)
+    return name

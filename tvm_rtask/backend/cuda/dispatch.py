@@ -27,9 +27,10 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.ir.expr import StringImm
 
-from ..core import RProgram
-from .cpu_dispatch import Run, Signal, Wait, scripts_from_program
-from .cuda_rkernel import CUDARKernel, guard_surplus_threads
+from ...core import RProgram
+from ...core.script import Run, Signal, Wait, scripts_from_program
+from ...tir.common import tensor_buffer
+from .rkernel import CUDARKernel, guard_surplus_threads
 
 NOP, RUN, WAIT, SIGNAL = 0, 1, 2, 3
 ENTRY_WORDS = 5
@@ -46,7 +47,8 @@ __device__ __forceinline__ unsigned long long tvm_rtask_now_ns() {
 }
 // Any thread: wait until step[0] >= target (acquire). Returns 0, or 1 on failure.
 __device__ __noinline__ int tvm_rtask_wait(int* step, int target, int* status,
-                                           long long timeout_ns, int waiter, int waited) {
+                                           long long timeout_ns, int waiter, int waited,
+                                           int trap) {
   volatile int* vstep = step;
   volatile int* vstatus = status;
   unsigned long long start = tvm_rtask_now_ns();
@@ -59,7 +61,12 @@ __device__ __noinline__ int tvm_rtask_wait(int* step, int target, int* status,
       if (atomicCAS(status, 0, 1) == 0) {
         status[1] = waiter; status[2] = waited; status[3] = target; status[4] = seen;
         __threadfence();
+        if (trap) {
+          printf("tvm_rtask: barrier timeout: vEU %d waited for vEU %d to reach step %d "
+                 "(it reached %d); aborting the kernel\n", waiter, waited, target, seen);
+        }
       }
+      if (trap) __trap();
       return 1;
     }
     __nanosleep(backoff);
@@ -155,26 +162,31 @@ def _substitute_params(kernel: CUDARKernel, buffers: dict, names: list[str], rta
     return tvm_ffi.structural_map(func.body, (tirx.Var, lambda v: mapping.get(v.__chandle__(), v)))
 
 
-def build_cuda_dispatcher(code: CUDAProgramCode, timeout_ns: int) -> tirx.PrimFunc:
-    """The persistent kernel of one rProgram (see the module docstring)."""
-    from .cpu_dispatch import _decl
+def build_cuda_dispatcher(
+    code: CUDAProgramCode,
+    timeout_ns: int,
+    trap_on_timeout: bool = False,
+) -> tirx.PrimFunc:
+    """The persistent kernel of one rProgram (see the module docstring).
 
-    buffers = {t.name: _decl(t) for t in (*code.inputs, *code.outputs)}
+    ``trap_on_timeout``: a timed-out wait aborts the kernel (``__trap``), so
+    the next synchronisation raises, instead of leaving the status for a host check.
+    """
+    buffers = {t.name: tensor_buffer(t, narrow=True) for t in (*code.inputs, *code.outputs)}
     num_veu, width = code.table.shape[0], code.table.shape[1]
     table = tirx.decl_buffer([num_veu, width, ENTRY_WORDS], "int32", "rtask_table")
     pairs = tirx.decl_buffer([code.pairs.shape[0], 2], "int32", "rtask_pairs")
     sync = tirx.decl_buffer([num_veu + 1 + STATUS_WORDS], "int32", "rtask_sync")
-    bx = tirx.Var("veu", "int64")
-    tx = tirx.Var("tid", "int64")
-    entry = tirx.Var("entry", "int64")
-    run_index = tirx.Var("run", "int64")
-    poll = tirx.Var("poll", "int64")
-
-    def i64(v: int):
-        return tirx.IntImm("int64", v)
+    # int32 throughout, as the ids of an ordinary kernel (64-bit index math costs the
+    # rKernels 64-bit multiplies that TVM's kernels do not have)
+    bx = tirx.Var("veu", "int32")
+    tx = tirx.Var("tid", "int32")
+    entry = tirx.Var("entry", "int32")
+    run_index = tirx.Var("run", "int32")
+    poll = tirx.Var("poll", "int32")
 
     def word(k: int):
-        return tirx.Cast("int64", tirx.BufferLoad(table, [bx, entry, i64(k)]))
+        return tirx.BufferLoad(table, [bx, entry, _i32(k)])
 
     def sync_ptr(index):
         return tirx.address_of(tirx.BufferLoad(sync, [index]))
@@ -188,29 +200,30 @@ def build_cuda_dispatcher(code: CUDAProgramCode, timeout_ns: int) -> tirx.PrimFu
         body = _substitute_params(kernel, buffers, names, rtask, tx)
         if kernel.threads < code.threads:
             body = guard_surplus_threads(body, tx, kernel.threads)
-        loop = tirx.For(run_index, i64(0), c, tirx.ForKind.SERIAL, body)
-        op_branches.append(tirx.IfThenElse(_invariant(tirx.EQ(a, i64(index))), loop, None))
+        loop = tirx.For(run_index, _i32(0), c, tirx.ForKind.SERIAL, body)
+        op_branches.append(tirx.IfThenElse(_invariant(tirx.EQ(a, _i32(index))), loop, None))
     run = tirx.SeqStmt([*op_branches, _sync()])
 
     # WAIT: thread t polls pairs t, t + threads, ... of this barrier.
-    pair = tirx.Add(a, tirx.Add(tirx.Mul(poll, i64(code.threads)), tx))
-    in_range = tirx.LT(tirx.Add(tirx.Mul(poll, i64(code.threads)), tx), b)
-    waited_veu = tirx.Cast("int64", tirx.BufferLoad(pairs, [pair, i64(0)]))
+    pair = tirx.Add(a, tirx.Add(tirx.Mul(poll, _i32(code.threads)), tx))
+    in_range = tirx.LT(tirx.Add(tirx.Mul(poll, _i32(code.threads)), tx), b)
+    waited_veu = tirx.BufferLoad(pairs, [pair, _i32(0)])
     wait_call = _device_call(
         "tvm_rtask_wait",
         sync_ptr(waited_veu),
-        tirx.BufferLoad(pairs, [pair, i64(1)]),
-        sync_ptr(i64(num_veu + 1)),
+        tirx.BufferLoad(pairs, [pair, _i32(1)]),
+        sync_ptr(_i32(num_veu + 1)),
         tirx.IntImm("int64", timeout_ns),
-        tirx.Cast("int32", bx),
-        tirx.Cast("int32", waited_veu),
+        bx,
+        waited_veu,
+        _i32(int(trap_on_timeout)),
     )
-    rounds = tirx.FloorDiv(tirx.Add(b, i64(code.threads - 1)), i64(code.threads))
+    rounds = tirx.FloorDiv(tirx.Add(b, _i32(code.threads - 1)), _i32(code.threads))
     wait = tirx.SeqStmt(
         [
             tirx.For(
                 poll,
-                i64(0),
+                _i32(0),
                 rounds,
                 tirx.ForKind.SERIAL,
                 tirx.IfThenElse(in_range, wait_call, None),
@@ -219,40 +232,40 @@ def build_cuda_dispatcher(code: CUDAProgramCode, timeout_ns: int) -> tirx.PrimFu
         ]
     )
 
-    first_thread = tirx.EQ(tx, i64(0))
+    first_thread = tirx.EQ(tx, _i32(0))
     signal = tirx.SeqStmt(
         [
             _sync(),
             tirx.IfThenElse(
                 first_thread,
-                _device_call("tvm_rtask_signal", sync_ptr(bx), tirx.Cast("int32", a)),
+                _device_call("tvm_rtask_signal", sync_ptr(bx), a),
                 None,
             ),
         ]
     )
     dispatch = tirx.SeqStmt(
         [
-            tirx.IfThenElse(_invariant(tirx.EQ(kind, i64(RUN))), run, None),
-            tirx.IfThenElse(_invariant(tirx.EQ(kind, i64(WAIT))), wait, None),
-            tirx.IfThenElse(_invariant(tirx.EQ(kind, i64(SIGNAL))), signal, None),
+            tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(RUN))), run, None),
+            tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(WAIT))), wait, None),
+            tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(SIGNAL))), signal, None),
         ]
     )
-    entries = tirx.For(entry, i64(0), i64(width), tirx.ForKind.SERIAL, dispatch)
+    entries = tirx.For(entry, _i32(0), _i32(width), tirx.ForKind.SERIAL, dispatch)
     finish = tirx.IfThenElse(
-        first_thread, _device_call("tvm_rtask_finish", sync_ptr(i64(0)), _i32(num_veu)), None
+        first_thread, _device_call("tvm_rtask_finish", sync_ptr(_i32(0)), _i32(num_veu)), None
     )
     threads = tirx.For(
         tx,
-        i64(0),
-        i64(code.threads),
+        _i32(0),
+        _i32(code.threads),
         tirx.ForKind.THREAD_BINDING,
         tirx.SeqStmt([entries, _sync(), finish]),
         thread_binding=tirx.IterVar(None, tx, 1, "threadIdx.x"),
     )
     grid = tirx.For(
         bx,
-        i64(0),
-        i64(num_veu),
+        _i32(0),
+        _i32(num_veu),
         tirx.ForKind.THREAD_BINDING,
         threads,
         thread_binding=tirx.IterVar(None, bx, 1, "blockIdx.x"),

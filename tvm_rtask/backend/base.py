@@ -1,0 +1,176 @@
+"""The backend interface: everything tvm-rtask knows about one target kind lives behind it.
+
+As in TVM's ``relax/backend/<target>/pipeline.py`` and Triton's ``backends/<name>``, every
+target exports the same small interface and :func:`get_backend` picks one by target kind; the
+passes (``PlanRPrograms``, ``LowerRPrograms``), ``api.build``, the profiler and the tuner ask
+the backend instead of testing the kind. ``docs/adding-a-backend.md`` walks through a new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import tvm
+from tvm.target import Target
+
+from ..core import DeviceSpec, Plan, RProgram, VDevice
+from ..errors import OptionError
+from ..options import RTaskOptions
+from ..tir.common import TensorDecl
+
+_REGISTRY: dict[str, type[Backend]] = {}
+
+
+@dataclass
+class ProgramIO:
+    """The tensors of one rProgram, each in first-use order: what it reads, what later
+    steps read from it, and what lives and dies inside it."""
+
+    inputs: list[TensorDecl]
+    outputs: list[TensorDecl]
+    workspaces: list[TensorDecl]
+
+
+class Backend:
+    """One target kind. Subclasses implement every method; the driver knows no target.
+
+    A backend is built per target (``get_backend(target)``); ``options`` methods take the
+    resolved :class:`RTaskOptions` and read only the fields they understand.
+    """
+
+    name: ClassVar[str] = ""
+    target_kinds: ClassVar[tuple[str, ...]] = ()
+    needs_host: ClassVar[bool] = False  # device code: the target gets an llvm host
+    rkernels_run_standalone: ClassVar[bool] = False  # an rKernel is a callable PrimFunc
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    # -- options ---------------------------------------------------------------------------
+    def check_options(self, options: RTaskOptions) -> None:
+        """Raise OptionError for an option that does not apply to this target."""
+        raise NotImplementedError
+
+    def device_spec(self, options: RTaskOptions) -> DeviceSpec:
+        """The device table entry that scores plans and fusion patterns for this target."""
+        raise NotImplementedError
+
+    def program_limits(self, options: RTaskOptions) -> dict[str, int]:
+        """rProgram size limits (``schedule/limits.py``): the user's or this target's."""
+        raise NotImplementedError
+
+    def device(self):
+        """The TVM device this target runs on (OptionError when none is present)."""
+        raise NotImplementedError
+
+    def host_fingerprint(self) -> str:
+        """What besides the target decides a measured time (a CPU's model and cores), for
+        measurement caches; "" when the target says it all."""
+        return ""
+
+    def tuning_target(self, num_cores: int | None = None) -> Target:
+        """The target MetaSchedule tunes for."""
+        return self.target
+
+    # -- planning --------------------------------------------------------------------------
+    def make_rkernels(
+        self, mod: tvm.IRModule, options: RTaskOptions
+    ) -> tuple[tvm.IRModule, Callable, Callable[[], VDevice]]:
+        """Prepare ``mod`` (schedule its PrimFuncs) and return ``(mod, rkernels_for,
+        vdevice)``: ``rkernels_for(func_name) -> [RKernel]`` adds the rKernels to ``mod``
+        (``extract_graph`` calls it), ``vdevice()`` is the vDevice once it has run."""
+        raise NotImplementedError
+
+    # -- lowering --------------------------------------------------------------------------
+    def lower_program(
+        self, program: RProgram, plan: Plan, options: RTaskOptions, mod: tvm.IRModule, io: ProgramIO
+    ) -> tuple[tvm.tirx.PrimFunc, list, list[str]]:
+        """The persistent PrimFunc of one rProgram, the constant inputs it takes after the
+        program's inputs, and the names of the tensors it returns."""
+        raise NotImplementedError
+
+    def finish_main(self, main, rprogram_calls: list, options: RTaskOptions):
+        """``main`` after lowering, given the ``call_tir`` of every rProgram (a hook for
+        host-side checks after the programs)."""
+        return main
+
+    # -- building --------------------------------------------------------------------------
+    def build(self, lowered: tvm.IRModule, plan: Plan, options: RTaskOptions):
+        """The Relax executable of a lowered module."""
+        raise NotImplementedError
+
+
+def load_tuned(db: str | None, kind: str):
+    """The ``kind`` tuning records of work directory ``db`` (MetaSchedule is imported only
+    then)."""
+    if db is None:
+        return None
+    from ..records import load_tuned as load
+
+    return load(db, kind)
+
+
+def register_backend(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: make ``cls`` the backend of each of its target kinds."""
+    for kind in cls.target_kinds:
+        _REGISTRY[kind] = cls
+    return cls
+
+
+def _load_builtin() -> None:
+    from . import cpu, cuda  # noqa: F401 - they register themselves
+
+
+def supported_kinds() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def as_target(target) -> Target:
+    """A Target from a string, a dict or a Target (bare ``"cuda"`` means sm_90, with an llvm
+    host: a bare ``Target("cuda")`` defaults to sm_50, which CUDA 13 cannot build)."""
+    if isinstance(target, Target):
+        result = target
+    elif isinstance(target, dict):
+        result = Target(target)
+    elif isinstance(target, str):
+        if target in ("llvm", "c"):
+            result = Target({"kind": target})
+        elif target == "cuda":
+            result = Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
+        else:
+            try:
+                result = Target(target)
+            except Exception as err:  # TVM raises ValueError/TVMError for unknown tags
+                raise OptionError(f"unknown target {target!r}: {str(err).splitlines()[0]}") from err
+    else:
+        raise OptionError(f"target must be a string, dict or tvm.target.Target, not {target!r}")
+    kind = str(result.kind.name)
+    if kind not in supported_kinds():
+        raise OptionError(
+            f"target kind {kind!r} is not supported: use one of {', '.join(supported_kinds())}"
+        )
+    if result.host is None and _REGISTRY[kind].needs_host:
+        result = Target(result.export(), host="llvm")
+    return result
+
+
+def target_dict(target: Target) -> dict:
+    """``target.export()`` as plain JSON-able Python data (a Plan keeps its target so)."""
+
+    def plain(value):
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            return value if not isinstance(value, str) else str(value)
+        if hasattr(value, "items"):
+            return {str(k): plain(v) for k, v in value.items()}
+        return [plain(v) for v in value]
+
+    return plain(target.export())
+
+
+def get_backend(target) -> Backend:
+    """The backend of ``target`` (anything :func:`as_target` accepts)."""
+    target = as_target(target)
+    return _REGISTRY[str(target.kind.name)](target)

@@ -1,0 +1,185 @@
+"""The llvm backend: options, vDevice, rKernel maker, dispatcher and build in one place."""
+
+from __future__ import annotations
+
+import os
+
+import tvm
+from tvm.target import Target
+
+from ...core import RKernel, VDevice, cpu_spec
+from ...core.script import scripts_from_program, waves_from_program
+from ...errors import CapacityError, OptionError
+from ..base import Backend, ProgramIO, load_tuned, register_backend
+from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher
+from .rkernel import make_cpu_rkernel
+from .threads import cpu_model_name
+from .tuned import outer_parallel_extent
+
+# The CPU dispatcher inlines each rKernel once per vEU that runs it; LLVM's time grows faster
+# than linearly with the function, so rPrograms are capped on llvm (every policy that takes
+# the limits of schedule/limits.py: wavefront, wavefront_global, ios, opara).
+MAX_OPS_PER_PROGRAM = 64
+RTASKS_PER_VEU = 2
+VARIANT_INFIX = "_rk"
+# Options only the CUDA backend reads: set on llvm, they would be silently ignored.
+_CUDA_ONLY = (
+    "cuda_threads",
+    "cuda_registers",
+    "device",
+    "check_status",
+    "verify_occupancy",
+    "cooperative_launch",
+)
+
+
+def worker_capacity() -> int:
+    """How many worker threads may run vEUs: TVM_NUM_THREADS if set, else the core count."""
+    env = os.environ.get("TVM_NUM_THREADS")
+    if env:
+        try:
+            return max(int(env), 1)
+        except ValueError as err:
+            raise OptionError(f"TVM_NUM_THREADS={env!r} is not an integer") from err
+    return os.cpu_count() or 1
+
+
+def cpu_vdevice(num_veu: int | None) -> VDevice:
+    """The CPU vDevice: one vEU per worker thread, never more than can really run."""
+    capacity = worker_capacity()
+    num_veu = num_veu or capacity
+    if num_veu > capacity:
+        raise CapacityError(
+            f"num_veu={num_veu} exceeds the {capacity} worker threads that can run at once "
+            "(TVM_NUM_THREADS or the core count); spin barriers between vEUs that are not "
+            "running concurrently would time out. Lower num_veu or raise TVM_NUM_THREADS."
+        )
+    return VDevice.cpu(num_veu)
+
+
+def variant_function(func_name: str, num_rtasks: int) -> str:
+    """Name of the PrimFunc of a further rKernel variant of ``func_name`` (the first variant
+    replaces ``func_name`` itself, so ordinary calls keep working)."""
+    return f"{func_name}{VARIANT_INFIX}{num_rtasks}"
+
+
+def kernel_function(mod: tvm.IRModule, func_name: str, kernel_name: str) -> str:
+    """The PrimFunc that implements rKernel ``kernel_name`` (``<func>@<num_rtasks>``)."""
+    alternative = variant_function(func_name, int(kernel_name.rpartition("@")[2]))
+    names = {gv.name_hint for gv in mod.get_global_vars()}
+    return alternative if alternative in names else func_name
+
+
+def _candidates(func, tuned) -> list[tuple]:
+    """(PrimFunc, measured us of one call, cores it was measured on), best first: the tuned
+    schedules when the database has some, else the default schedule with no measurement
+    (measured and analytical times are not comparable, so they are never mixed)."""
+    schedules = tuned.schedules(func) if tuned is not None else []
+    if schedules:
+        return [(s.func, s.us, s.cores) for s in schedules]
+    return [(func, None, 1)]
+
+
+@register_backend
+class CPUBackend(Backend):
+    """llvm: vEUs are worker threads; fine (step array) or global (parallel barrier) waits."""
+
+    name = "cpu"
+    target_kinds = ("llvm", "c")
+    rkernels_run_standalone = True
+
+    def device(self):
+        return tvm.cpu(0)
+
+    def host_fingerprint(self) -> str:
+        return f"{cpu_model_name()}/{os.cpu_count()}"
+
+    def tuning_target(self, num_cores: int | None = None) -> Target:
+        """llvm needs ``num-cores`` for MetaSchedule's parallel rules."""
+        config = dict(self.target.export())
+        if num_cores is not None or "num-cores" not in config:
+            config["num-cores"] = int(num_cores or worker_capacity())
+        return Target(config)
+
+    def check_options(self, options) -> None:
+        for key in _CUDA_ONLY:
+            if getattr(options, key) is not None:
+                raise OptionError(
+                    f"option {key} applies to CUDA targets only, not to {self.target.kind.name}"
+                )
+
+    def device_spec(self, options):
+        return cpu_spec(options.num_veu or worker_capacity())
+
+    def program_limits(self, options) -> dict[str, int]:
+        cap = options.max_ops_per_program
+        kernels = options.max_kernels_per_program
+        return {
+            "max_ops_per_program": MAX_OPS_PER_PROGRAM if cap is None else cap,
+            "max_kernels_per_program": 0 if kernels is None else kernels,
+        }
+
+    def make_rkernels(self, mod, options):
+        """Variants with distinct rTask counts, the first in place of the operator's PrimFunc
+        and the others beside it (``variant_function``).
+
+        Counts are tried from ``num_veu * rtasks_per_veu`` (fastest when alone) down to one
+        rTask (no split overhead, best when a wave already fills the vEUs); with tuning
+        records each record's parallel loop gives its own counts, and an rTask's time is the
+        record's time times the threads it ran on, divided among the rTasks.
+        """
+        vdevice = cpu_vdevice(options.num_veu)
+        tuned = load_tuned(options.db, "llvm")
+        max_rtasks = vdevice.num_veu * (options.rtasks_per_veu or RTASKS_PER_VEU)
+        limits = sorted({max_rtasks, vdevice.num_veu, 1}, reverse=True)
+        cache: dict[str, list[RKernel]] = {}
+
+        def rkernels_for(name: str) -> list[RKernel]:
+            if name not in cache:
+                variants: dict[int, RKernel] = {}
+                for func, us, cores in _candidates(mod[name], tuned):
+                    for limit in limits:
+                        kernel = make_cpu_rkernel(func, limit)
+                        n = kernel.num_rtasks
+                        if n in variants:
+                            continue
+                        if not variants:
+                            mod[name] = kernel.func
+                        else:
+                            mod[variant_function(name, n)] = kernel.func
+                        est = None
+                        if us is not None:
+                            est = us * min(cores, max(outer_parallel_extent(func), 1)) / n
+                        variants[n] = RKernel(name=f"{name}@{n}", num_rtasks=n, est_us=est)
+                cache[name] = list(variants.values())
+            return cache[name]
+
+        return mod, rkernels_for, lambda: vdevice
+
+    def lower_program(self, program, plan, options, mod, io: ProgramIO):
+        """The llvm persistent PrimFunc: workspaces live inside it."""
+        calls = {}
+        for op_name in program.ops():
+            op = plan.graph.op(op_name)
+            func = kernel_function(mod, op.func, program.kernel_of(op_name))
+            calls[op_name] = KernelCall(mod[func], [*op.inputs, *op.outputs])
+        code = CPUProgramCode(
+            params=[*io.inputs, *io.outputs],
+            workspaces=list(io.workspaces),
+            calls=calls,
+            num_veu=program.num_veu,
+        )
+        if options.barrier == "fine":
+            code.scripts = scripts_from_program(program)
+        else:
+            code.waves = waves_from_program(program)
+        timeout_us = options.spin_timeout_ms * 1000
+        func = build_cpu_dispatcher(code, barrier=options.barrier, timeout_us=timeout_us)
+        return func, [], [t.name for t in io.outputs]
+
+    def build(self, lowered, plan, options):
+        from . import threads
+
+        if threads.num_threads() < plan.vdevice.num_veu:
+            threads.set_num_threads(plan.vdevice.num_veu)
+        return tvm.compile(lowered, target=self.target)

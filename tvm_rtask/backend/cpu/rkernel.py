@@ -1,0 +1,52 @@
+"""CPU rKernels: an operator's TIR with its outer spatial loop cut into rTask chunks.
+
+On llvm a vEU is one worker thread and an rTask is a contiguous chunk of the operator's
+outermost spatial iterations. The chunk loop is annotated with :data:`CHUNK_ANNOTATION`; the
+persistent dispatcher (:mod:`tvm_rtask.backend.cpu.dispatch`) later runs a sub-range of it on a vEU.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_sblock_info
+from tvm.s_tir.dlight.base.common_schedules import try_inline
+
+from ...tir.common import gather_under_anchor, root_children
+from .kernel import CHUNK_ANNOTATION, CPURKernel
+from .tuned import is_tuned, make_tuned_cpu_rkernel
+
+
+def make_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
+    """Cut ``func`` into at most ``max_rtasks`` rTasks along its outer spatial iterations.
+
+    Injective blocks are inlined first (as dlight does). A function whose blocks cannot all
+    be placed under one spatial loop nest stays a single rTask: still correct, just without
+    intra-operator parallelism.
+    """
+    if is_tuned(func):  # a MetaSchedule schedule: cut along its own parallel loop
+        return make_tuned_cpu_rkernel(func, max_rtasks)
+    sch = s_tir.Schedule(func)
+    try:
+        blocks = root_children(sch)
+        try_inline(sch, [get_sblock_info(sch, b) for b in blocks])
+        loops = gather_under_anchor(sch) if root_children(sch) else None
+    except (s_tir.ScheduleError, ValueError, AttributeError, IndexError):
+        loops = None
+    if not loops or max_rtasks <= 1:
+        return CPURKernel(func.with_attr("rtask.num_rtasks", 1), 1)
+
+    extents = [int(sch.get(loop).extent) for loop in loops]
+    count, total = 0, 1
+    for extent in extents:
+        count, total = count + 1, total * extent
+        if total >= max_rtasks:
+            break
+    fused = sch.fuse(*loops[:count]) if count > 1 else loops[0]
+    inner = -(-total // max_rtasks)
+    num_rtasks = -(-total // inner)
+    if num_rtasks <= 1:
+        return CPURKernel(func.with_attr("rtask.num_rtasks", 1), 1)
+    outer, _ = sch.split(fused, [num_rtasks, inner])
+    sch.annotate(outer, CHUNK_ANNOTATION, 1)
+    result = sch.mod["main"].with_attr("rtask.num_rtasks", num_rtasks)
+    return CPURKernel(result, num_rtasks)

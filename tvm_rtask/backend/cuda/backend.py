@@ -1,0 +1,310 @@
+"""The CUDA backend: options, vDevice, rKernel maker, dispatcher, status check and build."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+from tvm.target import Target
+
+from ...core import RKernel, VDevice, get_spec
+from ...errors import OptionError, UnsupportedOperator
+from ..base import Backend, ProgramIO, load_tuned, register_backend
+from .dispatch import CUDAProgramCode, build_cuda_dispatcher, program_table, sync_words
+from .rkernel import CUDARKernel, make_cuda_rkernel, schedule_for_cuda, schedule_serial_reduction
+
+RKERNEL_SUFFIX = "_rkernel"
+ARCH_SPECS = {"sm_70": "v100", "sm_80": "a100", "sm_90": "h100"}
+# Every distinct rKernel body is emitted once per rProgram, and nvcc's time grows faster
+# than linearly with the persistent kernel: ResNet-50 (173 operators) took 39 s of nvcc in
+# one rProgram and 17 s in three, for 5 us more estimated latency (2020.8 us -> 2025.8 us on
+# an H100: two more launches). Counting distinct kernels rather than operators keeps models
+# of many identical small operators (LSTM-TC: 19,960 operators, 10 kernels) in one launch.
+MAX_KERNELS_PER_PROGRAM = 32
+# Every intermediate of an rProgram is a parameter of its persistent PrimFunc (Relax
+# allocates workspaces). DeepSpeech2 (5,309 operators, 19 kernels): one rProgram never
+# finished building in 30 minutes, rPrograms of 2,048 operators crashed TVM (segmentation
+# fault), rPrograms of 512 built in 49 s of CPU for 25 us more estimated latency (0.25%).
+MAX_OPS_PER_PROGRAM = 512
+# Registers per thread the persistent kernels are compiled for (``__launch_bounds__(threads,
+# blocks per SM)`` makes ptxas keep to it): 64 lets 4 vEUs of 256 threads share an SM, 528 on
+# an H100. TVM's own SqueezeNet kernels use 24-64. Option cuda_registers overrides it.
+DEFAULT_REGISTERS = 64
+
+
+@dataclass(frozen=True)
+class CUDAOptions:
+    """The CUDA-only options with their defaults filled in (Triton's ``CUDAOptions``)."""
+
+    threads: int
+    registers: int
+    device: str
+    check_status: bool
+    verify_occupancy: bool
+    cooperative_launch: bool
+    max_rtasks_per_veu: int | None  # coarsening: None keeps one rTask per thread block
+
+    @classmethod
+    def parse(cls, options, target: Target) -> CUDAOptions:
+        return cls(
+            threads=options.cuda_threads or 256,
+            registers=options.cuda_registers or DEFAULT_REGISTERS,
+            device=options.device or ARCH_SPECS.get(str(target.arch), "h100"),
+            check_status=bool(options.check_status),
+            verify_occupancy=True if options.verify_occupancy is None else options.verify_occupancy,
+            cooperative_launch=bool(options.cooperative_launch),
+            max_rtasks_per_veu=options.rtasks_per_veu,
+        )
+
+
+def schedule_target(target: Target, threads: int) -> Target:
+    """The target dlight schedules with: at most ``threads`` threads per block."""
+    return Target(dict(target.export(), max_num_threads=threads))
+
+
+def _apply_tuned(mod: tvm.IRModule, tuned) -> tvm.IRModule:
+    """Each PrimFunc with a record replaced by its best schedule, marked scheduled so dlight
+    leaves it alone (not verified on a GPU yet)."""
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, tvm.tirx.PrimFunc):
+            best = tuned.best(func)
+            if best is not None:
+                mod[gvar] = best.with_attr("tirx.is_scheduled", True)
+    return mod
+
+
+def _schedule_all(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
+    """dlight's default GPU schedules for every PrimFunc (ordinary calls need them too)."""
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, tvm.tirx.PrimFunc):
+            mod[gvar] = schedule_for_cuda(func, target)
+    return mod
+
+
+def _fits(kernel: CUDARKernel, threads: int) -> str:
+    """Why ``kernel`` cannot run in a vEU of ``threads`` threads ("" when it can)."""
+    if kernel.global_alloc:
+        return "allocates global memory inside its kernel"
+    if kernel.threads > threads:
+        return (
+            f"scheduled with {kernel.threads} threads per block, more than the vEU's "
+            f"{threads} (option cuda_threads)"
+        )
+    if kernel.cross_thread_reduction and not kernel.one_dimensional:
+        return "reduces across a 2-D or 3-D thread block, which a 1-D vEU cannot host"
+    return ""
+
+
+def _append_status_check(func: relax.Function, sync_constants: list) -> relax.Function:
+    """``main`` followed by ``tvm_rtask.check_status(sync words...)`` (impure, after the
+    dataflow block): a barrier timeout in any CUDA rProgram becomes a Python exception."""
+    body = func.body
+    check = relax.Call(
+        relax.ExternFunc("tvm_rtask.check_status"), sync_constants, ty_args=[relax.ObjectType()]
+    )
+    binding = relax.VarBinding(relax.Var("rtask_status", relax.ObjectType()), check)
+    blocks = [*body.blocks, relax.BindingBlock([binding])]
+    new_body = relax.SeqExpr(blocks, body.body)
+    return relax.Function(func.params, new_body, func.ret_ty, False, func.attrs)
+
+
+@register_backend
+class CUDABackend(Backend):
+    """cuda: vEUs are co-resident thread blocks synchronised through global memory."""
+
+    name = "cuda"
+    target_kinds = ("cuda",)
+    needs_host = True
+
+    def device(self):
+        dev = tvm.cuda(0)
+        if not dev.exist:
+            raise OptionError(
+                "running or profiling a CUDA target needs a CUDA GPU; none is present"
+            )
+        return dev
+
+    def check_options(self, options) -> None:
+        if options.barrier != "fine":
+            raise OptionError(
+                f"barrier={options.barrier!r} is not implemented on CUDA (it is llvm's parallel "
+                "barrier); use barrier='fine', or policy='wavefront_global' for a barrier "
+                "between waves"
+            )
+        get_spec(CUDAOptions.parse(options, self.target).device)  # an unknown name raises
+
+    def device_spec(self, options):
+        return get_spec(CUDAOptions.parse(options, self.target).device)
+
+    def program_limits(self, options) -> dict[str, int]:
+        cap, kernels = options.max_ops_per_program, options.max_kernels_per_program
+        return {
+            "max_ops_per_program": MAX_OPS_PER_PROGRAM if cap is None else cap,
+            "max_kernels_per_program": MAX_KERNELS_PER_PROGRAM if kernels is None else kernels,
+        }
+
+    def make_rkernels(self, mod, options):
+        """The rKernel is added as ``<name>_rkernel`` beside the scheduled operator, which
+        stays callable as an ordinary kernel.
+
+        A kernel that reduces across a number of threads other than the vEU's cannot share
+        the vEU's block (the allreduce spans a 2-D block); it is rescheduled with one output
+        element per thread and serial reductions, and stays ordinary only if that fails too.
+        """
+        cuda = CUDAOptions.parse(options, self.target)
+        unscheduled = {
+            gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
+        }
+        tuned = load_tuned(options.db, "cuda")
+        if tuned is not None:
+            mod = _apply_tuned(mod, tuned)
+        mod = _schedule_all(mod, schedule_target(self.target, cuda.threads))
+        spec = get_spec(cuda.device)
+        num_veu = options.num_veu  # None: every co-resident vEU (VDevice.cuda)
+        # one rTask per thread block of the source kernel unless coarsening is asked for
+        max_rtasks = None
+        if cuda.max_rtasks_per_veu:
+            per_veu = num_veu or spec.num_sms * 4
+            max_rtasks = per_veu * cuda.max_rtasks_per_veu
+        shared: list[int] = []
+        cache: dict[str, list[RKernel]] = {}
+
+        def rkernels_for(name: str) -> list[RKernel]:
+            if name not in cache:
+                kernel = make_cuda_rkernel(mod[name], max_rtasks)
+                reason = _fits(kernel, cuda.threads)
+                if reason and name in unscheduled:
+                    serial = schedule_serial_reduction(unscheduled[name], cuda.threads)
+                    if serial is not None:
+                        kernel = make_cuda_rkernel(serial, max_rtasks)
+                        reason = _fits(kernel, cuda.threads)
+                if reason:
+                    raise UnsupportedOperator(f"{name} {reason}")
+                mod[f"{name}{RKERNEL_SUFFIX}"] = kernel.func
+                shared.append(kernel.shared_mem)
+                cache[name] = [
+                    RKernel(
+                        name=f"{name}@{kernel.num_rtasks}",
+                        num_rtasks=kernel.num_rtasks,
+                        threads=kernel.threads,
+                        shared_mem=kernel.shared_mem,
+                    )
+                ]
+            return cache[name]
+
+        # A multi-output kernel inside the CUDA dispatcher failed TVM's build (buffer rank
+        # mismatch, stitched BERT layer); such kernels stay ordinary calls on CUDA for now.
+        rkernels_for.multi_output = False
+
+        def vdevice() -> VDevice:
+            return VDevice.cuda(
+                spec,
+                threads=cuda.threads,
+                registers=cuda.registers,
+                shared_mem=max(shared, default=0),
+                num_veu=num_veu,
+            )
+
+        return mod, rkernels_for, vdevice
+
+    def lower_program(self, program, plan, options, mod, io: ProgramIO):
+        """The persistent kernel: workspaces are extra outputs (no device malloc inside a
+        kernel); the task table, barrier pairs and sync words are constant inputs."""
+        cuda = CUDAOptions.parse(options, self.target)
+        op_index = {op: i for i, op in enumerate(program.ops())}
+        calls = {}
+        for op_name in program.ops():
+            op = plan.graph.op(op_name)
+            meta = op.kernel(program.kernel_of(op_name))
+            kernel = CUDARKernel(
+                mod[f"{op.func}{RKERNEL_SUFFIX}"],
+                meta.num_rtasks,
+                meta.threads,
+                meta.shared_mem,
+                False,
+            )
+            calls[op_name] = (kernel, [*op.inputs, *op.outputs])
+        table, pairs = program_table(program, op_index)
+        code = CUDAProgramCode(
+            inputs=list(io.inputs),
+            outputs=[*io.outputs, *io.workspaces],
+            calls=calls,
+            num_veu=program.num_veu,
+            threads=plan.vdevice.threads,
+            table=table,
+            pairs=pairs,
+            op_index=op_index,
+        )
+        func = build_cuda_dispatcher(
+            code,
+            timeout_ns=options.spin_timeout_ms * 1_000_000,
+            trap_on_timeout=not cuda.check_status,
+        )
+        constants = [
+            relax.const(table),
+            relax.const(pairs),
+            relax.const(sync_words(program.num_veu)),
+        ]
+        return func, constants, [t.name for t in (*io.outputs, *io.workspaces)]
+
+    def finish_main(self, main, rprogram_calls, options):
+        if not CUDAOptions.parse(options, self.target).check_status or not rprogram_calls:
+            return main
+        return _append_status_check(main, [call.args[1].fields[-1] for call in rprogram_calls])
+
+    def build(self, lowered, plan, options):
+        from . import status  # noqa: F401 - registers tvm_rtask.check_status
+
+        cuda = CUDAOptions.parse(options, self.target)
+        from .cooperative import persistent_pipeline
+
+        tir_pipeline = persistent_pipeline(plan.vdevice.blocks_per_sm, cuda.cooperative_launch)
+        ex = tvm.compile(
+            lowered,
+            target=self.target,
+            relax_pipeline=self._finish_pipeline(),
+            tir_pipeline=tir_pipeline,
+        )
+        if cuda.verify_occupancy and plan.programs():
+            self._verify_occupancy(ex, plan, cuda)
+        return ex
+
+    def _finish_pipeline(self) -> tvm.transform.Pass:
+        """The backend's dataflow lowering and finalization, without its legalize/fuse/
+        schedule passes: every kernel is already scheduled, and FoldConstant must not
+        evaluate a persistent kernel whose inputs happen to be constants."""
+        from tvm.relax.backend.cuda import pipeline as cuda_pipeline
+
+        target = self.target
+
+        @tvm.transform.module_pass(opt_level=0, name="RTaskFinish")
+        def finish(mod, _ctx):
+            with target:
+                passes = cuda_pipeline.dataflow_lower_passes(target)
+                passes += cuda_pipeline.finalize_passes(target)
+                return tvm.transform.Sequential(passes)(mod)
+
+        return finish
+
+    def _verify_occupancy(self, ex, plan, cuda: CUDAOptions) -> None:
+        """ptxas's register and shared-memory counts must let every vEU be resident at once."""
+        from .occupancy import check_co_residency, find_nvcc, ptxas_usage
+        from .source import cuda_source
+
+        if find_nvcc() is None:
+            logging.getLogger(__name__).warning(
+                "nvcc not found: co-residency of the persistent kernels was not verified "
+                "(ptxas register counts unknown); vEUs were sized from the analytical model"
+            )
+            return
+        usage = ptxas_usage(cuda_source(ex), str(self.target.arch))
+        capacities = check_co_residency(
+            plan.vdevice.spec, cuda.threads, plan.vdevice.num_veu, usage
+        )
+        plan.kernel_usage = {
+            name: {"registers": usage[name].registers, "shared_mem": usage[name].shared_mem,
+                   "capacity": capacity}
+            for name, capacity in capacities.items()
+        }  # fmt: skip
