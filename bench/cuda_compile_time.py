@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tvm_rtask  # noqa: E402
 from tvm_rtask import models as zoo  # noqa: E402
-from tvm_rtask.tir.occupancy import find_nvcc  # noqa: E402
+from tvm_rtask.backend.cuda.occupancy import find_nvcc  # noqa: E402
 
 _DEFINITION = re.compile(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\([^;]*\{\s*$")
 
