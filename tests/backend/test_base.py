@@ -1,0 +1,86 @@
+"""The backend interface: options checked per target, one place that knows target kinds."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import tvm
+
+import tvm_rtask
+from tvm_rtask.backend import as_target, get_backend, supported_kinds, target_dict
+from tvm_rtask.errors import OptionError
+from tvm_rtask.options import RTaskOptions, resolve_options
+from tvm_rtask.relax_passes import pipeline
+from tvm_rtask.relax_passes.plan import plan_options
+from tvm_rtask.runtime.config import CONFIG_OPTIONS
+
+PACKAGE = Path(tvm_rtask.__file__).parent
+
+
+def test_global_barrier_on_cuda_is_refused_not_ignored():
+    with pytest.raises(OptionError, match="barrier='global' is not implemented on CUDA"):
+        plan_options({"barrier": "global"}, None, as_target("cuda"))
+    plan_options({"barrier": "global"}, None, as_target("llvm"))  # llvm implements it
+
+
+@pytest.mark.parametrize("key, value", [("cuda_threads", 128), ("check_status", True)])
+def test_cuda_options_on_llvm_are_refused(key, value):
+    with pytest.raises(OptionError, match=f"{key} applies to CUDA targets only"):
+        plan_options({key: value}, None, as_target("llvm"))
+
+
+def test_policy_options_reach_the_policy():
+    options = resolve_options({"policy": "ios", "r": 2, "s": 4})
+    assert options.policy_options == {"r": 2, "s": 4}
+    with pytest.raises(OptionError, match="unknown option"):
+        resolve_options({"policy": "wavefront", "r": 2})
+    with pytest.raises(OptionError, match="cost must be"):
+        resolve_options({"cost": "magic"})
+
+
+def test_stitch_fusion_scores_with_the_targets_device(monkeypatch):
+    seen = []
+
+    def fake(fusion, device="cpu"):
+        seen.append((fusion, device))
+        return tvm.transform.Sequential([])
+
+    monkeypatch.setattr(pipeline, "prepare_pipeline", fake)
+    mod = tvm.IRModule()
+    pipeline.RTaskPrepare("stitch", "cuda")(mod)
+    pipeline.RTaskPrepare("stitch", {"kind": "cuda", "arch": "sm_80"})(mod)
+    pipeline.RTaskPrepare("stitch", "llvm")(mod)
+    assert seen == [("stitch", "h100"), ("stitch", "a100"), ("stitch", "cpu")]
+
+
+def test_config_keys_are_the_option_fields():
+    names = {f"rtask.{f.name}" for f in fields(RTaskOptions)} - {
+        "rtask.policy_options",
+        "rtask.cost",
+    }
+    assert set(CONFIG_OPTIONS) == names
+    assert CONFIG_OPTIONS["rtask.num_veu"] == "int" and CONFIG_OPTIONS["rtask.db"] == "str"
+    assert CONFIG_OPTIONS["rtask.check_status"] == "bool"
+
+
+def test_targets_round_trip_through_plain_data():
+    for target in ("llvm", "cuda", {"kind": "cuda", "arch": "sm_80"}):
+        t = as_target(target)
+        assert str(tvm.target.Target(target_dict(t))) == str(t)
+        assert get_backend(t).name in ("cpu", "cuda")
+    assert supported_kinds() == ["c", "cuda", "llvm"]
+    with pytest.raises(OptionError, match="not supported"):
+        as_target({"kind": "opencl"})
+
+
+def test_only_the_backends_test_the_target_kind():
+    pattern = re.compile(r'kind\.name\s*[!=]=\s*"(cuda|llvm)"')
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "backend" not in path.relative_to(PACKAGE).parts and pattern.search(path.read_text())
+    ]
+    assert offenders == []
