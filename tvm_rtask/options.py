@@ -115,7 +115,7 @@ def _is_int(value) -> bool:
 
 
 def _check_policy_options(policy: str, options: dict) -> None:
-    from .schedule.policy import get_policy
+    from .schedule.registry import get_policy
 
     if not isinstance(options, dict):
         raise OptionError(f"policy_options must be a dict, not {options!r}")
@@ -165,7 +165,7 @@ def resolve_options(explicit: dict, pass_config=None) -> RTaskOptions:
 
 def _policy_option_names(policy: str) -> set[str]:
     from .schedule.limits import LIMIT_OPTIONS
-    from .schedule.policy import get_policy
+    from .schedule.registry import get_policy
 
     try:
         return set(get_policy(policy).OPTIONS) - set(LIMIT_OPTIONS)

@@ -13,7 +13,7 @@ import tvm_rtask
 from tvm_rtask.backend import as_target, get_backend, supported_kinds, target_dict
 from tvm_rtask.errors import OptionError
 from tvm_rtask.options import RTaskOptions, resolve_options
-from tvm_rtask.relax_passes import pipeline
+from tvm_rtask.relax_passes import fuse
 from tvm_rtask.relax_passes.plan import plan_options
 from tvm_rtask.runtime.config import CONFIG_OPTIONS
 
@@ -48,11 +48,11 @@ def test_stitch_fusion_scores_with_the_targets_device(monkeypatch):
         seen.append((fusion, device))
         return tvm.transform.Sequential([])
 
-    monkeypatch.setattr(pipeline, "prepare_pipeline", fake)
+    monkeypatch.setattr(fuse, "prepare_pipeline", fake)
     mod = tvm.IRModule()
-    pipeline.RTaskPrepare("stitch", "cuda")(mod)
-    pipeline.RTaskPrepare("stitch", {"kind": "cuda", "arch": "sm_80"})(mod)
-    pipeline.RTaskPrepare("stitch", "llvm")(mod)
+    fuse.RTaskPrepare("stitch", "cuda")(mod)
+    fuse.RTaskPrepare("stitch", {"kind": "cuda", "arch": "sm_80"})(mod)
+    fuse.RTaskPrepare("stitch", "llvm")(mod)
     assert seen == [("stitch", "h100"), ("stitch", "a100"), ("stitch", "cpu")]
 
 

@@ -1,7 +1,8 @@
 """The backend interface: everything tvm-rtask knows about one target kind lives behind it.
 
 As in TVM's ``relax/backend/<target>/pipeline.py`` and Triton's ``backends/<name>``, every
-target exports the same small interface and :func:`get_backend` picks one by target kind; the
+target exports the same small interface and ``registry.get_backend`` picks one by target
+kind; the
 passes (``PlanRPrograms``, ``LowerRPrograms``), ``api.build``, the profiler and the tuner ask
 the backend instead of testing the kind. ``docs/adding-a-backend.md`` walks through a new one.
 """
@@ -16,11 +17,8 @@ import tvm
 from tvm.target import Target
 
 from ..core import DeviceSpec, Plan, RProgram, VDevice
-from ..errors import OptionError
 from ..options import RTaskOptions
 from ..tir.common import TensorDecl
-
-_REGISTRY: dict[str, type[Backend]] = {}
 
 
 @dataclass
@@ -112,51 +110,6 @@ def load_tuned(db: str | None, kind: str):
     return load(db, kind)
 
 
-def register_backend(cls: type[Backend]) -> type[Backend]:
-    """Class decorator: make ``cls`` the backend of each of its target kinds."""
-    for kind in cls.target_kinds:
-        _REGISTRY[kind] = cls
-    return cls
-
-
-def _load_builtin() -> None:
-    from . import cpu, cuda  # noqa: F401 - they register themselves
-
-
-def supported_kinds() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
-
-
-def as_target(target) -> Target:
-    """A Target from a string, a dict or a Target (bare ``"cuda"`` means sm_90, with an llvm
-    host: a bare ``Target("cuda")`` defaults to sm_50, which CUDA 13 cannot build)."""
-    if isinstance(target, Target):
-        result = target
-    elif isinstance(target, dict):
-        result = Target(target)
-    elif isinstance(target, str):
-        if target in ("llvm", "c"):
-            result = Target({"kind": target})
-        elif target == "cuda":
-            result = Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
-        else:
-            try:
-                result = Target(target)
-            except Exception as err:  # TVM raises ValueError/TVMError for unknown tags
-                raise OptionError(f"unknown target {target!r}: {str(err).splitlines()[0]}") from err
-    else:
-        raise OptionError(f"target must be a string, dict or tvm.target.Target, not {target!r}")
-    kind = str(result.kind.name)
-    if kind not in supported_kinds():
-        raise OptionError(
-            f"target kind {kind!r} is not supported: use one of {', '.join(supported_kinds())}"
-        )
-    if result.host is None and _REGISTRY[kind].needs_host:
-        result = Target(result.export(), host="llvm")
-    return result
-
-
 def target_dict(target: Target) -> dict:
     """``target.export()`` as plain JSON-able Python data (a Plan keeps its target so)."""
 
@@ -168,9 +121,3 @@ def target_dict(target: Target) -> dict:
         return [plain(v) for v in value]
 
     return plain(target.export())
-
-
-def get_backend(target) -> Backend:
-    """The backend of ``target`` (anything :func:`as_target` accepts)."""
-    target = as_target(target)
-    return _REGISTRY[str(target.kind.name)](target)

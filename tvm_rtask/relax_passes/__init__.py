@@ -1,9 +1,9 @@
 """Relax passes of tvm-rtask; each composes inside ``tvm.transform.Sequential``."""
 
 from .extract import ExtractedGraph, extract_graph
-from .fuse import FuseKeepingWaves, prepare_pipeline
+from .fuse import FuseKeepingWaves, RTaskPrepare, prepare_pipeline
 from .lower import LowerRPrograms
-from .pipeline import RTaskPrepare, rtask_pipeline
+from .pipeline import rtask_pipeline
 from .plan import PLAN_ATTR, PlanRPrograms, as_target
 from .stitch import StitchFusion
 from .stitch_patterns import Limits as StitchLimits

@@ -16,6 +16,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ..backend import as_target, get_backend
+from ..errors import remember_errors
+from ..options import resolve_options
 from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stitch import StitchFusion
@@ -96,3 +99,19 @@ def prepare_pipeline(fusion: str = "fuseops", device: str = "cpu") -> tvm.transf
 
         raise OptionError(f"fusion must be one of {FUSIONS}, not {fusion!r}")
     return tvm.transform.Sequential(passes, name="RTaskPrepare")
+
+
+@tvm.transform.module_pass(opt_level=0, name="RTaskPrepare")
+class RTaskPrepare:
+    """Legalize, annotate patterns, fold constants and fuse with the ``fusion`` option;
+    FusionStitching (``fusion="stitch"``) scores its patterns with ``target``'s device."""
+
+    def __init__(self, fusion: str | None = None, target="llvm") -> None:
+        self.fusion = fusion
+        self.target = as_target(target)
+
+    @remember_errors
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        options = resolve_options({"fusion": self.fusion}, ctx.config)
+        device = get_backend(self.target).device_spec(options).name
+        return prepare_pipeline(options.fusion, device)(mod)

@@ -26,6 +26,7 @@ from ..schedule import AnalyticalCostModel, CostModel
 from ..schedule.ios import choose_merges
 from ..tir.tags import annotate_blocks, block_annotations
 from .dataflow import as_tir_call, main_dataflow, with_own_callees
+from .fuse import RTaskPrepare
 from .merge_convs import MergeConvs, merge_candidates
 
 MERGE_TAG = "rtask_merge"
@@ -86,7 +87,6 @@ class IOSOperatorMerge:
 
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        from .pipeline import RTaskPrepare  # pipeline imports this module
         from .plan import PLAN_ATTR, PlanRPrograms, plan_options
 
         self.last_chosen = []

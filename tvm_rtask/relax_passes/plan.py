@@ -14,7 +14,7 @@ from ..errors import remember_errors
 from ..options import RTaskOptions, resolve_options
 from ..schedule import make_plan
 from ..schedule.limits import LIMIT_OPTIONS
-from ..schedule.policy import get_policy
+from ..schedule.registry import get_policy
 from .extract import extract_graph
 
 PLAN_ATTR = "rtask.plan"

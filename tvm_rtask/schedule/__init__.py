@@ -6,7 +6,8 @@ from .cost import AnalyticalCostModel, CalibratedCostModel, CostModel, calibrate
 from .ios import IOSPolicy
 from .opara import OparaPolicy
 from .planner import make_plan
-from .policy import Policy, get_policy, policy_names, register_policy
+from .policy import Policy
+from .registry import get_policy, policy_names, register_policy
 from .sequential import SequentialPolicy
 from .simulate import (
     PlanTiming,

@@ -48,7 +48,7 @@ from ..errors import OptionError
 from .builder import ProgramBuilder
 from .cost import CostModel
 from .limits import LIMIT_OPTIONS, ProgramLimit, check_limit_options
-from .policy import Policy, register_policy
+from .policy import Policy
 from .stage import stage_schedule
 
 
@@ -231,7 +231,6 @@ def _bits(x: int) -> list[int]:
     return out
 
 
-@register_policy
 class IOSPolicy(Policy):
     """IOS stages (dynamic program with pruning) as global-barrier phases of rPrograms."""
 

@@ -39,7 +39,7 @@ from ..core.vdevice import VDevice
 from .builder import ProgramBuilder
 from .cost import CostModel
 from .limits import LIMIT_OPTIONS, ProgramLimit, check_limit_options
-from .policy import Policy, register_policy
+from .policy import Policy
 
 COMPUTE_PATTERNS = frozenset({"out_ewise_fusable", "opaque"})
 MEMORY_PATTERNS = frozenset({"elemwise", "broadcast", "injective", "reduce", "tuple"})
@@ -50,7 +50,6 @@ def is_compute_bound(op: ROperator) -> bool:
     return op.pattern in COMPUTE_PATTERNS
 
 
-@register_policy
 class OparaPolicy(Policy):
     """Opara's launch order as the rTask order of persistent kernels."""
 

@@ -9,7 +9,8 @@ from ..core.plan import Plan
 from ..core.vdevice import VDevice
 from ..errors import OptionError
 from .cost import AnalyticalCostModel, CostModel
-from .policy import Policy, get_policy
+from .policy import Policy
+from .registry import get_policy
 from .simulate import ideal_us, simulate_plan
 
 

@@ -1,7 +1,7 @@
 """Policies turn an rOperator graph, a vDevice and a cost model into plan steps.
 
-Like dlight's schedule rules, a policy is an object with one method, and policies are
-looked up (and compared) by name through a small registry.
+Like dlight's schedule rules, a policy is an object with one method; ``registry.py`` looks
+policies up (and compares them) by name.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
 from ..errors import OptionError
 from .cost import CostModel
-
-_REGISTRY: dict[str, type[Policy]] = {}
 
 
 class Policy:
@@ -42,29 +40,3 @@ class Policy:
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"{type(self).__name__}({opts})"
-
-
-def register_policy(cls: type[Policy]) -> type[Policy]:
-    """Class decorator: make ``cls`` available to ``get_policy(cls.name)``."""
-    if not cls.name:
-        raise OptionError(f"policy class {cls.__name__} needs a non-empty name")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def _load_builtin() -> None:
-    """Import the built-in policies so they register (they import this module)."""
-    from . import ios, opara, sequential, wavefront  # noqa: F401
-
-
-def policy_names() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
-
-
-def get_policy(name: str, **options: Any) -> Policy:
-    _load_builtin()
-    cls = _REGISTRY.get(name.strip().lower())
-    if cls is None:
-        raise OptionError(f"unknown policy {name!r}; known policies: {', '.join(policy_names())}")
-    return cls(**options)

@@ -11,10 +11,9 @@ from ..core.plan import OrdinaryCall
 from ..core.rprogram import RProgram, RTask
 from ..core.vdevice import VDevice
 from .cost import CostModel
-from .policy import Policy, register_policy
+from .policy import Policy
 
 
-@register_policy
 class SequentialPolicy(Policy):
     """Each supported op: its fastest rKernel's rTasks round-robin over the vEUs; no barriers
     are needed because the program holds one operator."""

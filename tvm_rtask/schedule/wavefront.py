@@ -30,14 +30,13 @@ from ..core.vdevice import VDevice
 from .builder import ProgramBuilder, _max_excluding_self
 from .cost import CostModel
 from .limits import LIMIT_OPTIONS, ProgramLimit, check_limit_options
-from .policy import Policy, register_policy
+from .policy import Policy
 
 # Kept for code that imported the builder from here.
 _WaveBuilder = ProgramBuilder
 __all__ = ["WavefrontGlobalPolicy", "WavefrontPolicy", "_WaveBuilder", "_max_excluding_self"]
 
 
-@register_policy
 class WavefrontPolicy(Policy):
     """Rammer's policy: waves side by side in as few rPrograms as pay off."""
 
@@ -137,7 +136,6 @@ class WavefrontPolicy(Policy):
         return steps
 
 
-@register_policy
 class WavefrontGlobalPolicy(WavefrontPolicy):
     """Wavefront with a global barrier between waves instead of fine-grained barriers.
 

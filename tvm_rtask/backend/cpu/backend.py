@@ -10,7 +10,7 @@ from tvm.target import Target
 from ...core import RKernel, VDevice, cpu_spec
 from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
-from ..base import Backend, ProgramIO, load_tuned, register_backend
+from ..base import Backend, ProgramIO, load_tuned
 from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher
 from .rkernel import make_cpu_rkernel
 from .threads import cpu_model_name
@@ -80,7 +80,6 @@ def _candidates(func, tuned) -> list[tuple]:
     return [(func, None, 1)]
 
 
-@register_backend
 class CPUBackend(Backend):
     """llvm: vEUs are worker threads; fine (step array) or global (parallel barrier) waits."""
 

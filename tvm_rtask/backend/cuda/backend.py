@@ -11,7 +11,7 @@ from tvm.target import Target
 
 from ...core import RKernel, VDevice, get_spec
 from ...errors import OptionError, UnsupportedOperator
-from ..base import Backend, ProgramIO, load_tuned, register_backend
+from ..base import Backend, ProgramIO, load_tuned
 from .dispatch import CUDAProgramCode, build_cuda_dispatcher, program_table, sync_words
 from .rkernel import CUDARKernel, make_cuda_rkernel, schedule_for_cuda, schedule_serial_reduction
 
@@ -110,7 +110,6 @@ def _append_status_check(func: relax.Function, sync_constants: list) -> relax.Fu
     return relax.Function(func.params, new_body, func.ret_ty, False, func.attrs)
 
 
-@register_backend
 class CUDABackend(Backend):
     """cuda: vEUs are co-resident thread blocks synchronised through global memory."""
 
