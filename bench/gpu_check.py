@@ -34,6 +34,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +56,8 @@ from gpu_pytest_plugin import (  # noqa: E402
 )
 
 DEFAULT_CACHE = "/tmp/tvm-rtask-cache"
+DEFAULT_STATE = "/tmp/tvm-rtask-gpu-check"
+STATE_FILES = ("tests.jsonl", "bench.jsonl")
 # Small models first: their CUDA builds take seconds, the large zoo models minutes.
 # Full LSTM-TC (~20k operators) and Seq2Seq need many minutes of nvcc: name them explicitly.
 GPU_BENCH_MODELS = [
@@ -78,6 +81,33 @@ class Kit:
         self.deadline = args.since + args.deadline
         self.not_reached: list[str] = []
         self.phases: dict[str, dict] = {}
+        self.state = Path(args.state_dir) if args.state_dir else None
+        self.seeded = self._seed()
+
+    def _seed(self) -> list[str]:
+        """Each call on the GPU machine gets an empty ``$OUT``: the records of earlier calls
+        come from the state folder on the machine's disk, so that the call resumes and its
+        ``$OUT`` holds every record so far."""
+        seeded = []
+        if not self.state:
+            return seeded
+        for name in STATE_FILES:
+            src, dst = self.state / name, self.out / name
+            if src.is_file() and not dst.exists():
+                shutil.copyfile(src, dst)
+                seeded.append(name)
+        return seeded
+
+    def save_state(self) -> None:
+        if not self.state:
+            return
+        self.state.mkdir(parents=True, exist_ok=True)
+        for name in STATE_FILES:
+            src = self.out / name
+            if src.is_file():
+                tmp = self.state / f".{name}.tmp"
+                shutil.copyfile(src, tmp)
+                os.replace(tmp, self.state / name)
 
     def say(self, text: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')} +{self.elapsed():5.0f}s] {text}"
@@ -130,6 +160,7 @@ class Kit:
         workers = self.args.workers or _default_workers()
         cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "gpu_pytest_plugin"]
         cmd += ["-p", "no:cacheprovider", "-rfE", "--tb=short", "-q"]
+        cmd += ["--continue-on-collection-errors"]  # one broken file does not stop the rest
         try:
             import xdist  # noqa: F401
 
@@ -178,6 +209,9 @@ class Kit:
             "this_call": counts,
             "recorded_before": len(done),
         }
+        for r in new:
+            if r["outcome"] == "collection_error":
+                self.say(f"  COLLECTION ERROR {r['nodeid']}: {r['reason']}")
         not_reached = [r["nodeid"] for r in new if r["outcome"] == "not_reached"]
         not_reached += interrupted
         if not_reached:
@@ -337,10 +371,17 @@ class Kit:
 
     # -- summary --------------------------------------------------------------------------
     def summary(self, gpu_info: dict) -> dict:
+        self.save_state()
         tests = _read_jsonl(self.out / "tests.jsonl")
         last = {}
         for r in tests:
             last[r["nodeid"]] = r
+        for nodeid, r in list(last.items()):  # a file that imports again since
+            if r["outcome"] == "collection_error" and any(
+                n.startswith(nodeid + "::") and tests.index(o) > tests.index(r)
+                for n, o in last.items()
+            ):
+                del last[nodeid]
         bench = [r for r in _read_jsonl(self.out / "bench.jsonl") if r.get("type") == "result"]
         doc = {
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -355,7 +396,7 @@ class Kit:
             "tests_failed": {
                 n: r.get("reason", "")
                 for n, r in last.items()
-                if r["outcome"] in ("failed", "error")
+                if r["outcome"] in ("failed", "error", "collection_error")
             },
             "bench_records": len(bench),
             "bench_ok": sum(1 for r in bench if "median_ms" in r),
@@ -477,6 +518,12 @@ def parse_args(argv):
     )
     p.add_argument("--cache-dir", default=DEFAULT_CACHE)
     p.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE if os.environ.get("OUT") else None,
+        help="records of earlier calls, kept on the machine's disk and copied into an empty "
+        f"--out (default {DEFAULT_STATE} when $OUT is set, else none: --out itself persists)",
+    )
+    p.add_argument(
         "--retry-failed", action="store_true", help="rerun failed tests and configurations"
     )
     p.add_argument(
@@ -503,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     kit.say(
         f"gpu_check: out {kit.out}, deadline {args.deadline:.0f} s, {kit.remaining():.0f} s left"
     )
+    if kit.seeded:
+        kit.say(f"resuming: {', '.join(kit.seeded)} copied from {kit.state}")
     gpu = kit.probe_gpu()
     if gpu.get("exist"):
         kit.say(f"GPU: {gpu.get('name')} (compute {gpu.get('compute_version')})")

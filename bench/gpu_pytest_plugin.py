@@ -6,7 +6,9 @@ conftest. Driven by environment variables, so pytest-xdist workers see the same 
 ``RTASK_TESTS_JSONL``
     On the controller: one JSON line per finished test, appended and flushed as it is
     reported -- ``{"nodeid", "outcome", "reason", "duration_s", "worker", "date"}`` with
-    ``outcome`` one of passed, failed, error, skipped, xfailed, xpassed, not_reached and
+    ``outcome`` one of passed, failed, error, skipped, xfailed, xpassed, not_reached,
+    interrupted (not finished when pytest stopped) and collection_error (a test file that does
+    not import; its ``nodeid`` is the file), and
     ``reason`` the short failure message (pytest's crash line) or skip reason. The long
     representation of each failure goes to ``<stem>-failures.log`` beside it; the tests
     running at any moment are listed in ``<stem>-running.json`` (what a kill interrupted).
@@ -180,6 +182,21 @@ class Recorder:
         text = getattr(report, "longreprtext", "") or str(report.longrepr)
         with open(self.failures, "a", errors="replace") as f:
             f.write(f"==== {report.nodeid} ({report.when})\n{text[-6000:]}\n\n")
+
+    def pytest_collectreport(self, report):
+        """A test file that fails to import: its reason is recorded (not as done: the next
+        call collects it again)."""
+        if report.failed:
+            append_line(
+                self.path,
+                {
+                    "nodeid": report.nodeid,
+                    "outcome": "collection_error",
+                    "reason": _short_reason(report) or "collection failed",
+                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                },
+            )
+            self._log_failure(report)
 
     def pytest_sessionfinish(self, session):
         for nodeid in list(self.state):  # reported in part only (interrupted)

@@ -429,7 +429,9 @@ class ArtifactCache:
         return bool(self.root) and (self.root / f"{key}.json").is_file()
 
     def load(self, key: str):
-        """``(runtime module, metadata)`` or None."""
+        """``(runtime module, metadata)`` or None; ``load_error`` says why a cached build
+        could not be loaded (it is then compiled again)."""
+        self.load_error = None
         if not self.root:
             return None
         lib, meta = self.root / f"{key}.so", self.root / f"{key}.json"
@@ -439,7 +441,8 @@ class ArtifactCache:
 
         try:
             return tvm.runtime.load_module(str(lib)), json.loads(meta.read_text())
-        except Exception:
+        except Exception as err:
+            self.load_error = one_line(err)
             return None
 
     def store(self, key: str, executable, meta: dict, rtask: bool) -> str | None:
@@ -572,6 +575,8 @@ def build_executable(config: dict, ctx: ModelContext, entry: dict, compile_only:
     if compile_only and ctx.cache.has(key):
         return None
     cached = None if compile_only else ctx.cache.load(key)
+    if getattr(ctx.cache, "load_error", None):
+        entry["cache_load_error"] = ctx.cache.load_error
     if cached is not None:
         ex, meta = cached
         entry.update(cached=True, compile_s=meta.get("compile_s"))

@@ -203,7 +203,15 @@ def rkernel_time(op: dict, target, dev, repeat: int) -> tuple[dict | None, str]:
 
         mod, inputs = one_operator_module(op)
         ex = tvm_rtask.compile(mod, target, policy="sequential")
-        return _vm_time(ex, inputs, dev, repeat), RKERNEL_METHOD
+        timing = _vm_time(ex, inputs, dev, repeat)
+        try:  # whether the operator became an rKernel or stayed an ordinary kernel
+            report = tvm_rtask.plan(mod, target, policy="sequential").report()
+            timing["plan"] = {
+                k: report.get(k) for k in ("rprograms", "kernel_launches", "ordinary_ops")
+            }
+        except Exception as err:
+            timing["plan"] = {"error": str(err)[:200]}
+        return timing, RKERNEL_METHOD
     except Exception as err:
         sys.path.insert(0, str(HERE))
         from harness import one_line
@@ -283,12 +291,17 @@ def torch_time(op: dict, gpu: bool, repeat: int) -> tuple[dict | None, str]:
         return None, "torch sees no CUDA device"
     args = [torch.randn(s, device=device) for s in shapes]
 
+    number = 10  # calls per sample, as time_evaluator(number=10) on TVM's side
+
     def call():
         with torch.inference_mode():
-            return fn(F, *args)
+            for _ in range(number):
+                fn(F, *args)
 
     sync = torch.cuda.synchronize if gpu else None
-    stats = time_calls(call, 3, repeat * 10, sync, 5.0)
+    stats = time_calls(call, 3, repeat, sync, 5.0)
+    for key in ("median_ms", "min_ms", "max_ms", "p10_ms", "p90_ms", "mean_ms"):
+        stats[key] /= number
     return stats, desc
 
 
@@ -369,6 +382,10 @@ def report_model(name: str, args, out: Path) -> dict:
         rk, note = rkernel_time(op, target, dev, args.repeat)
         row["rkernel_ms"] = rk["median_ms"] if rk else None
         row["rkernel_note"] = None if rk else note
+        if rk and rk.get("plan"):
+            row["rkernel_plan"] = rk["plan"]
+            if rk["plan"].get("rprograms") == 0:
+                row["rkernel_note"] = "stays an ordinary kernel (no rProgram)"
         th, tnote = torch_time(op, gpu, args.repeat)
         row["torch_ms"] = th["median_ms"] if th else None
         row["torch_note"] = tnote

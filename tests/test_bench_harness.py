@@ -220,6 +220,7 @@ def test_pytest_plugin_records_reasons_resumes_and_keeps_the_deadline(tmp_path):
             """
         )
     )
+    (tmp_path / "test_broken.py").write_text("import no_such_module_here\n")
     jsonl = tmp_path / "tests.jsonl"
     env = {
         **os.environ,
@@ -229,9 +230,12 @@ def test_pytest_plugin_records_reasons_resumes_and_keeps_the_deadline(tmp_path):
         "RTASK_TESTS_MIN_S": "3",
     }
     cmd = [sys.executable, "-m", "pytest", "-p", "gpu_pytest_plugin", "-p", "no:cacheprovider"]
-    cmd += ["-q", "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)]
+    cmd += ["-q", "-c", os.devnull, "--rootdir", str(tmp_path), "--continue-on-collection-errors"]
+    cmd.append(str(tmp_path))
     subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, timeout=120)
     recs = {r["nodeid"].split("::")[-1]: r for r in map(json.loads, jsonl.open())}
+    assert recs["test_broken.py"]["outcome"] == "collection_error"
+    assert "no_such_module_here" in recs["test_broken.py"]["reason"]
     assert recs["test_a_pass"]["outcome"] == "passed"
     assert recs["test_b_fail"]["outcome"] == "failed"
     assert "one is not two" in recs["test_b_fail"]["reason"]
@@ -254,23 +258,32 @@ def test_pytest_plugin_records_reasons_resumes_and_keeps_the_deadline(tmp_path):
     subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, timeout=120)
     last = json.loads(jsonl.read_text().splitlines()[-1])
     assert last["nodeid"].endswith("test_e_late") and last["outcome"] == "passed"
-    assert len(jsonl.read_text().splitlines()) == 6
+    assert len(jsonl.read_text().splitlines()) == 8  # the broken file once more
 
 
 def test_gpu_kit_dry_run_says_the_gpu_is_absent_and_resumes(tmp_path):
+    """Two calls as on the GPU machine: each gets an empty $OUT, the state folder on the
+    machine's disk carries the records from one call to the next."""
     import kernel_report
 
-    out = tmp_path / "out"
-    cmd = [sys.executable, str(BENCH / "gpu_check.py"), "--out", str(out), "--smoke"]
-    cmd += ["--configs", "tvm_default", "--kernel-models", "lstm_tc", "--kernel-args=--max-ops 2"]
-    cmd += ["--cache-dir", str(tmp_path / "cache"), "--deadline", "240", "--workers", "1"]
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "GPU ABSENT" in run.stdout
+    def kit(out, *more):
+        cmd = [sys.executable, str(BENCH / "gpu_check.py"), "--smoke", "--configs", "tvm_default"]
+        cmd += ["--kernel-models", "lstm_tc", "--kernel-args=--max-ops 2", "--workers", "1"]
+        cmd += ["--cache-dir", str(tmp_path / "cache"), "--state-dir", str(tmp_path / "state")]
+        env = {**os.environ, "OUT": str(out)}
+        run = subprocess.run(
+            [*cmd, "--deadline", "240", *more], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        return run.stdout
+
+    out = tmp_path / "out1"
+    stdout = kit(out)
+    assert "GPU ABSENT" in stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["gpu_present"] is False and summary["dry_run"] is True
     assert summary["not_reached"] == []
+    assert "GPU ABSENT" in (out / "summary.md").read_text()
     tests = [json.loads(line) for line in (out / "tests.jsonl").open()]
     assert tests and all(t["outcome"] == "skipped" for t in tests)
     assert summary["bench_ok"] == 1 and (out / "bench.md").exists()
@@ -286,14 +299,16 @@ def test_gpu_kit_dry_run_says_the_gpu_is_absent_and_resumes(tmp_path):
     lost = [r["lost_ms"] for r in rows if r.get("lost_ms") is not None]
     assert lost == sorted(lost, reverse=True)
     assert "| operator | uses |" in (out / "kernels" / "kernel_report-lstm_tc.md").read_text()
-    # Second call: every test and configuration recorded is skipped.
-    again = subprocess.run(
-        cmd + ["--skip-kernels"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert again.returncode == 0, again.stdout[-3000:]
-    assert f"tests: {len(tests)} recorded before" in again.stdout
-    assert "1 configuration(s) were recorded by an earlier run and skipped" in again.stdout
-    assert len((out / "tests.jsonl").read_text().splitlines()) == len(tests)
+    # Second call, new empty $OUT: every test and configuration recorded is skipped, and
+    # this $OUT holds the records of both calls.
+    again = tmp_path / "out2"
+    stdout = kit(again, "--skip-kernels")
+    assert "resuming: tests.jsonl, bench.jsonl copied from" in stdout
+    assert f"tests: {len(tests)} recorded before" in stdout
+    assert "1 configuration(s) were recorded by an earlier run and skipped" in stdout
+    assert (again / "tests.jsonl").read_text() == (out / "tests.jsonl").read_text()
+    bench = [r for r in harness.read_records(again / "bench.jsonl") if r.get("type") == "result"]
+    assert [r["config"] for r in bench] == ["tvm_default"]
 
 
 def test_conv_parameters_inferred_from_shapes():
