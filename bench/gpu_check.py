@@ -72,6 +72,27 @@ GPU_BENCH_MODELS = [
 SMOKE_BENCH_MODELS = ["lstm_tc"]
 
 
+# Whether TVM sees a CUDA device, and what it says of it (a subprocess: no CUDA context here).
+_PROBE = """
+import json
+info = {"exist": False}
+try:
+    import tvm
+    d = tvm.cuda(0)
+    info["exist"] = bool(d.exist)
+    if info["exist"]:
+        for attr in ("device_name", "compute_version", "multi_processor_count",
+                     "total_global_memory", "max_clock_rate", "driver_version"):
+            try:
+                info[attr] = getattr(d, attr)
+            except Exception as err:
+                info[attr] = None
+except Exception as err:
+    info["error"] = (type(err).__name__ + ": " + str(err))[:300]
+print(json.dumps(info))
+"""
+
+
 class Kit:
     def __init__(self, args):
         self.args = args
@@ -123,20 +144,17 @@ class Kit:
     # -- environment ----------------------------------------------------------------------
     def probe_gpu(self) -> dict:
         """Whether TVM sees a CUDA device, in a subprocess (importing TVM here would hold it)."""
-        code = (
-            "import json, tvm\n"
-            "d = tvm.cuda(0)\n"
-            "ok = bool(d.exist)\n"
-            "print(json.dumps({'exist': ok, 'name': d.device_name if ok else None,"
-            " 'compute_version': d.compute_version if ok else None}))\n"
-        )
         try:
             out = subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+                [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
             )
             info = json.loads(out.stdout.strip().splitlines()[-1])
-        except Exception as err:  # no TVM, no CUDA runtime in TVM, ...
+        except Exception as err:  # no TVM at all, a crash, ...
             info = {"exist": False, "error": f"{type(err).__name__}: {err}"[:300]}
+        sys.path.insert(0, str(HERE))
+        from harness import gpu_info
+
+        info["nvidia_smi"] = gpu_info()
         if self.args.force_no_gpu:
             info = {"exist": False, "forced": "--no-gpu"}
         return info
@@ -412,7 +430,7 @@ class Kit:
             f"# GPU check {doc['date']}",
             "",
             (
-                "GPU: " + str(gpu_info.get("name"))
+                "GPU: " + str(gpu_info.get("device_name"))
                 if doc["gpu_present"]
                 else "GPU ABSENT (no CUDA device visible to TVM): dry run on llvm, --smoke models"
             ),
@@ -554,12 +572,20 @@ def main(argv: list[str] | None = None) -> int:
         kit.say(f"resuming: {', '.join(kit.seeded)} copied from {kit.state}")
     gpu = kit.probe_gpu()
     if gpu.get("exist"):
-        kit.say(f"GPU: {gpu.get('name')} (compute {gpu.get('compute_version')})")
+        kit.say(
+            f"GPU: {gpu.get('device_name')} (compute {gpu.get('compute_version')}, "
+            f"{gpu.get('multi_processor_count')} SMs; nvidia-smi: {gpu.get('nvidia_smi')})"
+        )
     else:
         kit.say(
             "GPU ABSENT: no CUDA device visible (tvm.cuda(0).exist is False); dry run: "
             "the gpu tests skip, the benchmark runs --smoke models on llvm"
             + (f" [{gpu['error']}]" if gpu.get("error") else "")
+            + (
+                f"; nvidia-smi sees {gpu['nvidia_smi']['name']}"
+                if gpu.get("nvidia_smi", {}).get("name")
+                else ""
+            )
         )
     kit.summary(gpu)
     if not args.skip_tests:
@@ -585,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = kit.summary(gpu)
     kit.say(f"summary -> {kit.out / 'summary.md'}")
     print((kit.out / "summary.md").read_text(), flush=True)
+    if (kit.out / "bench.md").is_file() and not args.skip_bench:
+        print((kit.out / "bench.md").read_text(), flush=True)
     if not doc["gpu_present"]:
         print("GPU ABSENT: this was a dry run on llvm.", flush=True)
     return 0
