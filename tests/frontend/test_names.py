@@ -172,20 +172,11 @@ def test_relax_bindings_with_unsafe_names_are_renamed():
     np.testing.assert_array_equal(out[0], np.maximum(2 * value, 0))
 
 
-def _cuda_source(ex) -> str:
-    pending = [ex.mod]
-    while pending:
-        module = pending.pop()
-        if module.kind == "cuda":
-            return module.inspect_source()
-        pending.extend(module.imports)
-    raise AssertionError("no CUDA module in the executable")
-
-
 def test_tvm_default_cuda_build_compiles_with_nvcc(tmp_path):
     mod = tvm_rtask.frontend.load(_model())
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
-    source = _cuda_source(tvm.compile(mod, target=target))
+    source = tvm_rtask.cuda_source(tvm.compile(mod, target=target))
+    assert source, "no CUDA module in the executable"
     assert "gpu_0_data_0" in source and "gpu_0/data_0" not in source
     if NVCC is None:
         pytest.skip("nvcc is not installed")

@@ -29,33 +29,44 @@ MAX_KERNELS_PER_PROGRAM = 32
 # fault), rPrograms of 512 built in 49 s of CPU for 25 us more estimated latency (0.25%).
 MAX_OPS_PER_PROGRAM = 512
 # Registers per thread the persistent kernels are compiled for (``__launch_bounds__(threads,
-# blocks per SM)`` makes ptxas keep to it): 64 lets 4 vEUs of 256 threads share an SM, 528 on
-# an H100. TVM's own SqueezeNet kernels use 24-64. Option cuda_registers overrides it.
+# blocks per SM)`` makes ptxas keep to it): the most any of its rKernels uses when TVM
+# compiles it alone, plus what the dispatcher keeps live (SqueezeNet's heaviest conv: 56
+# alone, 64 in the persistent kernel); 64 when nvcc is not there to tell (4 vEUs of 256
+# threads per SM). Option cuda_registers overrides it.
 DEFAULT_REGISTERS = 64
+# One rTask is one thread block of the source kernel, as long as an operator has at most
+# RTASKS_PER_VEU of them per vEU; beyond that consecutive blocks are grouped into one rTask
+# (the run-length task table stays small either way, but the planner places every rTask:
+# Inception v1 has 792,364 thread blocks, 97 s of planning uncoarsened). The vEU count is
+# not known before the rKernels are (it follows from their registers): ASSUMED_VEUS_PER_SM
+# stands in for it unless num_veu is given.
+RTASKS_PER_VEU = 4
+ASSUMED_VEUS_PER_SM = 4
+DISPATCH_REGISTERS = 8
 
 
 @dataclass(frozen=True)
 class CUDAOptions:
     """The CUDA-only options with their defaults filled in (Triton's ``CUDAOptions``)."""
 
-    threads: int
-    registers: int
+    threads: int  # the most threads of a vEU (dlight schedules within it)
+    registers: int  # 0: from the rKernels (see DISPATCH_REGISTERS)
     device: str
     check_status: bool
     verify_occupancy: bool
     cooperative_launch: bool
-    max_rtasks_per_veu: int | None  # coarsening: None keeps one rTask per thread block
+    rtasks_per_veu: int  # an operator with more thread blocks is coarsened to this many
 
     @classmethod
     def parse(cls, options, target: Target) -> CUDAOptions:
         return cls(
             threads=options.cuda_threads or 256,
-            registers=options.cuda_registers or DEFAULT_REGISTERS,
+            registers=options.cuda_registers or 0,
             device=options.device or ARCH_SPECS.get(str(target.arch), "h100"),
             check_status=bool(options.check_status),
             verify_occupancy=True if options.verify_occupancy is None else options.verify_occupancy,
             cooperative_launch=bool(options.cooperative_launch),
-            max_rtasks_per_veu=options.rtasks_per_veu,
+            rtasks_per_veu=options.rtasks_per_veu or RTASKS_PER_VEU,
         )
 
 
@@ -162,27 +173,30 @@ class CUDABackend(Backend):
         mod = _schedule_all(mod, schedule_target(self.target, cuda.threads))
         spec = get_spec(cuda.device)
         num_veu = options.num_veu  # None: every co-resident vEU (VDevice.cuda)
-        # one rTask per thread block of the source kernel unless coarsening is asked for
-        max_rtasks = None
-        if cuda.max_rtasks_per_veu:
-            per_veu = num_veu or spec.num_sms * 4
-            max_rtasks = per_veu * cuda.max_rtasks_per_veu
+        # one rTask per thread block of the source kernel, up to rtasks_per_veu per vEU
+        max_rtasks = (num_veu or spec.num_sms * ASSUMED_VEUS_PER_SM) * cuda.rtasks_per_veu
         shared: list[int] = []
+        sources: dict[str, tvm.tirx.PrimFunc] = {}  # the scheduled kernel of each rKernel
+        threads: list[int] = []
         cache: dict[str, list[RKernel]] = {}
 
         def rkernels_for(name: str) -> list[RKernel]:
             if name not in cache:
-                kernel = make_cuda_rkernel(mod[name], max_rtasks)
+                source = mod[name]
+                kernel = make_cuda_rkernel(source, max_rtasks)
                 reason = _fits(kernel, cuda.threads)
                 if reason and name in unscheduled:
                     serial = schedule_serial_reduction(unscheduled[name], cuda.threads)
                     if serial is not None:
+                        source = serial
                         kernel = make_cuda_rkernel(serial, max_rtasks)
                         reason = _fits(kernel, cuda.threads)
                 if reason:
                     raise UnsupportedOperator(f"{name} {reason}")
                 mod[f"{name}{RKERNEL_SUFFIX}"] = kernel.func
                 shared.append(kernel.shared_mem)
+                sources[name] = source
+                threads.append(kernel.threads)
                 cache[name] = [
                     RKernel(
                         name=f"{name}@{kernel.num_rtasks}",
@@ -198,15 +212,26 @@ class CUDABackend(Backend):
         rkernels_for.multi_output = False
 
         def vdevice() -> VDevice:
+            # a vEU has the block size of its largest rKernel (exactly cuda_threads if set)
+            block = cuda.threads if options.cuda_threads else max(threads, default=cuda.threads)
             return VDevice.cuda(
                 spec,
-                threads=cuda.threads,
-                registers=cuda.registers,
+                threads=block,
+                registers=cuda.registers or self._register_budget(sources),
                 shared_mem=max(shared, default=0),
                 num_veu=num_veu,
             )
 
         return mod, rkernels_for, vdevice
+
+    def _register_budget(self, sources: dict) -> int:
+        """Registers per thread for the persistent kernels: see DISPATCH_REGISTERS."""
+        from .occupancy import source_kernel_registers
+
+        measured = source_kernel_registers(sources, self.target)
+        if not measured:
+            return DEFAULT_REGISTERS
+        return min(max(measured.values()) + DISPATCH_REGISTERS, 255)
 
     def lower_program(self, program, plan, options, mod, io: ProgramIO):
         """The persistent kernel: workspaces are extra outputs (no device malloc inside a

@@ -21,6 +21,7 @@ from ...errors import CapacityError
 
 _FUNCTION = re.compile(r"Compiling entry function '(\w+)'")
 _USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+_SPILLS = re.compile(r"(\d+) bytes spill stores")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class KernelUsage:
 
     registers: int
     shared_mem: int
+    spill_stores: int = 0  # bytes
 
 
 def find_nvcc() -> str | None:
@@ -59,17 +61,51 @@ def ptxas_usage(source: str, arch: str, nvcc: str | None = None) -> dict[str, Ke
     if out.returncode != 0:
         raise RuntimeError(f"nvcc failed on the generated CUDA source:\n{out.stderr[-3000:]}")
     usage: dict[str, KernelUsage] = {}
-    current = None
+    current, spills = None, 0
     for line in out.stderr.splitlines():
         match = _FUNCTION.search(line)
         if match:
-            current = match.group(1)
+            current, spills = match.group(1), 0
             continue
+        match = _SPILLS.search(line)
+        if match:
+            spills = int(match.group(1))
         match = _USAGE.search(line)
         if match and current is not None:
-            usage[current] = KernelUsage(int(match.group(1)), int(match.group(2) or 0))
+            usage[current] = KernelUsage(int(match.group(1)), int(match.group(2) or 0), spills)
             current = None
     return usage
+
+
+def source_kernel_registers(funcs: dict, target) -> dict[str, int] | None:
+    """Registers per thread of each scheduled PrimFunc compiled as TVM compiles it alone
+    (``{name: registers}``), or None without nvcc.
+
+    The persistent kernel's register budget, and so its vEUs per SM, is taken from the
+    kernels it runs: one nvcc run over all of them, before the rProgram is built.
+    """
+    import tvm
+
+    if find_nvcc() is None or not funcs:
+        return None
+    mod = tvm.IRModule(
+        {name: f.with_attr("global_symbol", name) for name, f in funcs.items()}
+    )
+    with target:
+        lib = tvm.tirx.build(mod, target=target)
+    source = next(m.inspect_source() for m in lib.imports if m.kind == "cuda")
+    usage = ptxas_usage(source, str(target.arch))
+    return {
+        name: max(
+            (
+                u.registers
+                for k, u in usage.items()
+                if k == f"{name}_kernel" or k.startswith(f"{name}_kernel_")
+            ),
+            default=0,
+        )
+        for name in funcs
+    }
 
 
 def check_co_residency(
