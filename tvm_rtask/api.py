@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tvm
 
-from . import frontend
+from . import frontend, native, progress
 from .backend import as_target, get_backend
 from .backend.cuda.source import cuda_source
 from .core import Plan
@@ -13,7 +13,6 @@ from .options import RTaskOptions
 from .relax_passes import PLAN_ATTR, PlanRPrograms, RTaskPrepare, rtask_pipeline
 from .relax_passes.ios_merge import IOSOperatorMerge
 from .relax_passes.plan import plan_options
-from .runtime import native
 from .runtime.config import register_config_options
 
 register_config_options()
@@ -35,7 +34,8 @@ def plan(mod, target="llvm", policy: str | None = None, **options) -> Plan:
 
     ``policy`` defaults to ``rtask.policy`` from the PassContext, else ``"wavefront"``.
     """
-    mod = frontend.load(mod)
+    with progress.importing(mod):
+        mod = frontend.load(mod)
     target = as_target(target)
     opts = _options(policy, None, options)
     plan_options(opts, None, target)  # a bad option fails before any work
@@ -46,8 +46,11 @@ def plan(mod, target="llvm", policy: str | None = None, **options) -> Plan:
             PlanRPrograms(target, **opts),
         ]
     )
-    planned = run_keeping_errors(seq, mod)
-    return Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)
+    with progress.pass_stages():
+        planned = run_keeping_errors(seq, mod)
+    result = Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)
+    progress.log_plan(result)
+    return result
 
 
 def compile(  # noqa: A001 - the name users expect, as tvm.compile
@@ -76,10 +79,12 @@ def lower(
 ) -> tvm.IRModule:
     """The module after :func:`rtask_pipeline`: ``main`` calls one persistent PrimFunc per
     rProgram; the plan is in the module attribute ``rtask.plan``. :func:`build` finishes it."""
-    mod = frontend.load(mod)
+    with progress.importing(mod):
+        mod = frontend.load(mod)
     native.load()
     opts = _options(policy, barrier, options)
-    return run_keeping_errors(rtask_pipeline(as_target(target), **opts), mod)
+    with progress.pass_stages():
+        return run_keeping_errors(rtask_pipeline(as_target(target), **opts), mod)
 
 
 def build(lowered: tvm.IRModule, target="llvm"):
@@ -89,4 +94,6 @@ def build(lowered: tvm.IRModule, target="llvm"):
         raise PlanError("build needs a module from tvm_rtask.lower (it has no rtask.plan)")
     planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True)
     options = RTaskOptions.from_dict(planned.options)
-    return get_backend(tvm_target).build(lowered, planned, options), planned
+    progress.log_plan(planned, "build")
+    with progress.stage("build"):
+        return get_backend(tvm_target).build(lowered, planned, options), planned

@@ -3,9 +3,11 @@
 Importing this package is cheap: it imports neither TVM nor the native library.
 """
 
-from .native import ENV_VAR, LIBRARY_NAME, STATUS_WORDS, library_path, load, runtime_version
+from .. import native
+from ..native import ENV_VAR, LIBRARY_NAME, STATUS_WORDS, library_path, load, runtime_version
 
 __all__ = [
+    "native",
     "ENV_VAR",
     "LIBRARY_NAME",
     "STATUS_WORDS",

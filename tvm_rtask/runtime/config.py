@@ -99,7 +99,7 @@ def _try_register() -> bool:
         import tvm  # noqa: F401  (loads libtvm_ffi and libtvm_compiler)
         import tvm_ffi
 
-        from . import native
+        from .. import native
 
         lib = native.load_pass_config()
     except Exception as err:  # no TVM, library missing or not loadable

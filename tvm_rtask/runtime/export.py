@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import native
+from .. import native
 
 __all__ = ["export_library", "link_options"]
 

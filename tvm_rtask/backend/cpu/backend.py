@@ -177,7 +177,12 @@ class CPUBackend(Backend):
         return func, [], [t.name for t in io.outputs]
 
     def build(self, lowered, plan, options):
+        from ... import native
         from . import threads
+
+        # the dispatcher calls the native step-array primitives: their library must be
+        # loaded (RTLD_GLOBAL) before LLVM links the module, or the first call crashes
+        native.load()
 
         if threads.num_threads() < plan.vdevice.num_veu:
             threads.set_num_threads(plan.vdevice.num_veu)

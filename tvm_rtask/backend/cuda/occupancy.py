@@ -88,9 +88,7 @@ def source_kernel_registers(funcs: dict, target) -> dict[str, int] | None:
 
     if find_nvcc() is None or not funcs:
         return None
-    mod = tvm.IRModule(
-        {name: f.with_attr("global_symbol", name) for name, f in funcs.items()}
-    )
+    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
     with target:
         lib = tvm.tirx.build(mod, target=target)
     source = next(m.inspect_source() for m in lib.imports if m.kind == "cuda")

@@ -77,7 +77,7 @@ def _package_dirs() -> list[Path]:
     pkg = sys.modules.get("tvm_rtask")
     for entry in list(getattr(pkg, "__path__", None) or []):
         dirs.append(Path(entry))
-    dirs.append(Path(__file__).resolve().parent.parent)
+    dirs.append(Path(__file__).resolve().parent)
     unique: list[Path] = []
     for d in dirs:
         if d not in unique:
@@ -88,7 +88,7 @@ def _package_dirs() -> list[Path]:
 def _build_dirs() -> list[Path]:
     """CMake build trees of a source checkout (``build/{wheel_tag}`` from pyproject.toml,
     or a plain ``cmake -B build``)."""
-    root = Path(__file__).resolve().parent.parent.parent
+    root = Path(__file__).resolve().parent.parent
     if not (root / "CMakeLists.txt").is_file():
         return []
     build = root / "build"

@@ -1,0 +1,18 @@
+"""Small Relax modules for the pass tests: two independent branches joined at the end."""
+
+from __future__ import annotations
+
+import tvm
+from tvm.script import relax as R
+
+
+@tvm.script.ir_module
+class TwoBranches:
+    @R.function
+    def main(x: R.Tensor((1, 4, 8, 8), "float32"), w: R.Tensor((4, 4, 3, 3), "float32")):
+        with R.dataflow():
+            a = R.nn.conv2d(x, w, padding=1)
+            b = R.nn.relu(x)
+            c = R.add(R.nn.relu(a), b)
+            R.output(c)
+        return c

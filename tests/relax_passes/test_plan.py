@@ -1,0 +1,73 @@
+"""PlanRPrograms: the plan it stores, the options it resolves once, its input left alone."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+
+from tests.relax_passes.models import TwoBranches
+from tvm_rtask.core import Plan
+from tvm_rtask.errors import OptionError
+from tvm_rtask.options import RTaskOptions
+from tvm_rtask.relax_passes import PLAN_ATTR, PlanRPrograms, RTaskPrepare
+
+
+def _plan(mod, target="llvm", **options) -> Plan:
+    planned = PlanRPrograms(target, **options)(mod)
+    return Plan.from_json(str(planned.attrs[PLAN_ATTR]))
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    return RTaskPrepare()(TwoBranches)
+
+
+def test_the_plan_carries_its_options_and_target(prepared):
+    plan = _plan(prepared, num_veu=2, policy="sequential")
+    options = RTaskOptions.from_dict(plan.options)
+    assert options.policy == "sequential" and options.num_veu == 2
+    assert plan.target["kind"] == "llvm"
+    assert plan.vdevice.num_veu == 2
+
+
+def test_policy_options_reach_the_policy(prepared):
+    plan = _plan(prepared, num_veu=2, policy="ios", r=1, s=2)
+    assert plan.policy_options["r"] == 1 and plan.policy_options["s"] == 2
+    assert RTaskOptions.from_dict(plan.options).policy_options == {"r": 1, "s": 2}
+
+
+def test_a_cost_model_object_reaches_the_policy(prepared):
+    from tvm_rtask.schedule import AnalyticalCostModel
+
+    class Counting(AnalyticalCostModel):
+        calls = 0
+
+        def rtask_us(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().rtask_us(*args, **kwargs)
+
+    plan = _plan(prepared, num_veu=2, cost=Counting())
+    assert Counting.calls > 0
+    assert plan.options["cost"] == "Counting"
+
+
+def test_the_input_module_is_left_as_it_was(prepared):
+    before = tvm.ir.save_json(prepared)
+    _plan(prepared, num_veu=2)
+    assert tvm.ir.save_json(prepared) == before
+
+
+def test_pass_context_keys_are_options_too(prepared):
+    from tvm_rtask.runtime.config import register_config_options
+
+    register_config_options()
+    with tvm.transform.PassContext(config={"rtask.policy": "sequential", "rtask.num_veu": 2}):
+        plan = _plan(prepared)
+    assert plan.policy == "sequential" and plan.vdevice.num_veu == 2
+
+
+def test_options_that_do_not_apply_fail_before_planning(prepared):
+    from tvm_rtask.errors import run_keeping_errors
+
+    with pytest.raises(OptionError, match="CUDA targets only"):
+        run_keeping_errors(PlanRPrograms("llvm", cuda_threads=128), prepared)
