@@ -9,11 +9,6 @@ from tvm import relax
 from tvm.script import relax as R
 
 import tvm_rtask
-from tvm_rtask.core import Barrier, Plan
-from tvm_rtask.errors import CapacityError, PlanError
-from tvm_rtask.relax_passes import PlanRPrograms, RTaskPrepare, extract_graph
-from tvm_rtask.runtime import native
-from tvm_rtask.testing.onnx_light import load_light_model
 from tvm_rtask.backend.cpu.dispatch import (
     CPUProgramCode,
     KernelCall,
@@ -23,6 +18,11 @@ from tvm_rtask.backend.cpu.dispatch import (
     build_cpu_dispatcher,
 )
 from tvm_rtask.backend.cpu.rkernel import make_cpu_rkernel
+from tvm_rtask.core import Barrier, Plan
+from tvm_rtask.errors import CapacityError, PlanError
+from tvm_rtask.relax_passes import PlanRPrograms, RTaskPrepare, extract_graph
+from tvm_rtask.runtime import native
+from tvm_rtask.testing.onnx_light import load_light_model
 
 
 @pytest.fixture(scope="module")

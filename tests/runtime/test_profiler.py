@@ -28,8 +28,8 @@ def two_branch_module():
 
 
 def test_measure_and_cache(tmp_path):
-    from tvm_rtask.relax_passes import RTaskPrepare
     from tvm_rtask.backend.cpu.rkernel import make_cpu_rkernel
+    from tvm_rtask.relax_passes import RTaskPrepare
 
     mod = RTaskPrepare()(two_branch_module())
     name = next(gv.name_hint for gv, f in mod.functions.items() if "matmul" in gv.name_hint)

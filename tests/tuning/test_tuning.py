@@ -89,8 +89,8 @@ def _tune(model, db, out, **kw):
 
 
 def _record_counts(model, db) -> dict[str, int]:
-    from tvm_rtask.tuning import extract_tasks
     from tvm_rtask.records.database import open_database, valid_records
+    from tvm_rtask.tuning import extract_tasks
     from tvm_rtask.tuning.tasks import prepared, task_module
 
     database = open_database(db)
@@ -207,10 +207,10 @@ def _planned(model, **options):
 
 @pytest.mark.parametrize("use_db", [False, True], ids=["default", "tuned"])
 def test_matmul_and_conv_get_variants_with_distinct_rtask_counts(tuned, use_db):
-    from tvm_rtask.core import Plan
-    from tvm_rtask.relax_passes import PLAN_ATTR
     from tvm_rtask.backend.cpu.backend import kernel_function
+    from tvm_rtask.core import Plan
     from tvm_rtask.records import TUNED_ATTR
+    from tvm_rtask.relax_passes import PLAN_ATTR
 
     fused, mod = _planned(tuned["model"], **({"db": tuned["db"]} if use_db else {}))
     plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]))
