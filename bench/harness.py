@@ -82,6 +82,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the bench/ modules below, when imported as a module
+from records import model_id, results_document  # noqa: E402
+
 ROOT = HERE.parent
 DEFAULT_OUT = HERE / "results"
 DEFAULT_CACHE = Path(os.environ.get("TVM_RTASK_BENCH_CACHE", "/tmp/tvm-rtask-cache"))
@@ -205,13 +208,6 @@ def worker_group(config: dict) -> str:
 
 
 # -- records ----------------------------------------------------------------------------------
-def model_id(name: str, batch: int, reduced: bool, overrides: dict) -> str:
-    variant = "reduced" if reduced else "full"
-    if overrides:
-        variant += "+" + ",".join(f"{k}={overrides[k]}" for k in sorted(overrides))
-    return f"{name}|b{batch}|{variant}"
-
-
 def record_key(target_kind: str, mid: str, config_name: str) -> str:
     return f"{target_kind}|{mid}|{config_name}"
 
@@ -257,55 +253,6 @@ def recorded_keys(path: str | Path, retry_failed: bool = False) -> set[str]:
             continue
         keys.add(rec["key"])
     return keys
-
-
-def results_document(records: list[dict]) -> dict:
-    """The records of a results file gathered per (model, batch): the shape ``plot.py`` and
-    older results use. The last record of a key wins (a retried configuration)."""
-    envs = [r for r in records if r.get("type") == "env"]
-    env = envs[-1] if envs else {}
-    doc = {k: v for k, v in env.items() if k != "type"}
-    doc.setdefault("device", "unknown")
-    doc["runs"] = len(envs)
-    models: dict[str, dict] = {}
-    for rec in records:
-        if rec.get("type") != "result":
-            continue
-        mid = rec.get("model_id") or model_id(
-            rec["model"], rec["batch"], rec.get("reduced", False), rec.get("overrides", {})
-        )
-        group = models.setdefault(
-            mid,
-            {
-                "name": rec["model"],
-                "batch": rec["batch"],
-                "reduced": rec.get("reduced", False),
-                "overrides": rec.get("overrides", {}),
-                "configs": {},
-                "skipped": {},
-            },
-        )
-        name = rec["config"]
-        if "skipped" in rec:
-            group["skipped"][name] = rec["skipped"]
-            group["configs"].pop(name, None)
-            continue
-        group["skipped"].pop(name, None)
-        group["configs"][name] = {
-            k: v
-            for k, v in rec.items()
-            if k not in ("type", "key", "model", "batch", "reduced", "overrides", "model_id")
-        }
-    for group in models.values():
-        configs = group["configs"]
-        for base in ("tvm_default", "tvm_cuda_graph"):
-            ms = configs.get(base, {}).get("median_ms")
-            if ms:
-                for entry in configs.values():
-                    if "median_ms" in entry:
-                        entry[f"ratio_to_{base}"] = entry["median_ms"] / ms
-    doc["models"] = list(models.values())
-    return doc
 
 
 # -- measuring --------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def _as_document(results) -> dict:
         import sys
 
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from harness import results_document
+        from records import results_document
 
         return results_document(results)
     return results
