@@ -70,13 +70,21 @@ def kernel_function(mod: tvm.IRModule, func_name: str, kernel_name: str) -> str:
     return alternative if alternative in names else func_name
 
 
-def _candidates(func, tuned) -> list[tuple]:
+def _candidates(func, tuned, target=None) -> list[tuple]:
     """(PrimFunc, measured us of one call, cores it was measured on), best first: the tuned
     schedules when the database has some, else the default schedule with no measurement
-    (measured and analytical times are not comparable, so they are never mixed)."""
+    (measured and analytical times are not comparable, so they are never mixed). The
+    default schedule is the CPU schedule rules' (``rules/``) where one matches and
+    ``target`` is given, else Relax's unscheduled TIR."""
     schedules = tuned.schedules(func) if tuned is not None else []
     if schedules:
         return [(s.func, s.us, s.cores) for s in schedules]
+    if target is not None:
+        from .rules import schedule_cpu_func
+
+        scheduled = schedule_cpu_func(func, target)
+        if scheduled is not None:
+            return [(scheduled, None, 1)]
     return [(func, None, 1)]
 
 
@@ -127,8 +135,11 @@ class CPUBackend(Backend):
         records each record's parallel loop gives its own counts, and an rTask's time is the
         record's time times the threads it ran on, divided among the rTasks.
         """
+        from .rules import rules_enabled
+
         vdevice = cpu_vdevice(options.num_veu)
         tuned = load_tuned(options.db, "llvm")
+        rule_target = self.target if rules_enabled() else None
         max_rtasks = vdevice.num_veu * (options.rtasks_per_veu or RTASKS_PER_VEU)
         limits = sorted({max_rtasks, vdevice.num_veu, 1}, reverse=True)
         cache: dict[str, list[RKernel]] = {}
@@ -136,7 +147,7 @@ class CPUBackend(Backend):
         def rkernels_for(name: str) -> list[RKernel]:
             if name not in cache:
                 variants: dict[int, RKernel] = {}
-                for func, us, cores in _candidates(mod[name], tuned):
+                for func, us, cores in _candidates(mod[name], tuned, rule_target):
                     for limit in limits:
                         kernel = make_cpu_rkernel(func, limit)
                         n = kernel.num_rtasks

@@ -1,0 +1,117 @@
+"""What every CPU schedule rule shares: the rule interface, the target's vector lanes and the
+small block analyses (copy producers, epilogues) the rules are built from.
+
+A rule is a dlight-style class: ``apply(func, target, tunable)`` returns a
+:class:`tvm.s_tir.Schedule` whose body is one ``T.parallel`` loop over the operator's outer
+spatial tiles (holding every block), or ``None`` when the PrimFunc is not what it schedules.
+That shape is what the tuned-kernel cutter (``backend/cpu/tuned.py``) cuts into rTasks.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.ir import TensorLoad
+from tvm.s_tir.dlight.analysis import get_sblock_info
+from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.target import Target
+
+from ....tir.common import root_children
+
+# float32 lanes when the target names no CPU (the brief's AVX2 assumption; plain ``llvm``
+# actually emits SSE2, so an 8-lane vector becomes two 4-lane instructions).
+DEFAULT_LANES = 8
+_AVX512_CPUS = (
+    "avx512",
+    "skylake",
+    "cascadelake",
+    "cooperlake",
+    "icelake",
+    "tigerlake",
+    "sapphirerapids",
+    "emeraldrapids",
+    "graniterapids",
+    "znver4",
+    "znver5",
+)
+
+
+class CPUScheduleRule(ScheduleRule):
+    """A schedule rule for llvm targets (``None`` on any other target)."""
+
+    def is_target_available(self, target: Target) -> bool:
+        return target is not None and target.kind.name == "llvm"
+
+
+def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
+    """float32 lanes of one vector register: from ``mcpu`` / ``mattr`` when the target names
+    them, else :data:`DEFAULT_LANES`. (``tvm.target.codegen.llvm_get_vector_width`` answers
+    512 for every x86 target in TVM 0.27, ``haswell`` included, so it is not used.)"""
+    attrs = target.attrs if target is not None else {}
+    mcpu = str(attrs.get("mcpu", "") or "").lower()
+    mattr = " ".join(str(a) for a in (attrs.get("mattr", None) or [])).lower()
+    bits = 0
+    if "avx512" in mattr or (mcpu and any(name in mcpu for name in _AVX512_CPUS)):
+        bits = 512
+    elif "avx" in mattr or mcpu:
+        bits = 256
+    if not bits:
+        return DEFAULT_LANES
+    return max(bits // dtype_bits, 1)
+
+
+def is_copy(sch: s_tir.Schedule, block) -> bool:
+    """The block stores a plain load of another buffer (a padding block without padding)."""
+    stmt = sch.get(block)
+    body = stmt.body
+    return (
+        isinstance(body, tirx.BufferStore)
+        and isinstance(body.value, TensorLoad)
+        and len(stmt.reads) == 1
+        and stmt.init is None
+    )
+
+
+def is_injective(sch: s_tir.Schedule, block) -> bool:
+    info = get_sblock_info(sch, block)
+    return info.is_injective()
+
+
+def single_reduction(sch: s_tir.Schedule):
+    """The one root block that is not injective, with every other root block injective; or
+    None."""
+    found = None
+    for block in root_children(sch):
+        if is_injective(sch, block):
+            continue
+        if found is not None:
+            return None
+        found = block
+    return found
+
+
+def inline_epilogue(sch: s_tir.Schedule, writeback) -> bool:
+    """Inline every injective consumer chain of ``writeback`` into it (bias add, relu, ...).
+    True when nothing is left after it at the root."""
+    while True:
+        consumers = sch.get_consumers(writeback)
+        if not consumers:
+            return True
+        if len(consumers) != 1:
+            return False
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except s_tir.ScheduleError:
+            return False
+
+
+def split_divisible(extent: int, wanted: int) -> int:
+    """The largest divisor of ``extent`` that is at most ``wanted``."""
+    for factor in range(min(wanted, extent), 0, -1):
+        if extent % factor == 0:
+            return factor
+    return 1
+
+
+def extent_of(sch: s_tir.Schedule, loop) -> int | None:
+    extent = sch.get(loop).extent
+    return int(extent.value) if isinstance(extent, tirx.IntImm) else None
