@@ -71,31 +71,6 @@ def width_tile(width: int, lanes: int) -> int:
     return lanes
 
 
-def _is_pointwise(sch: s_tir.Schedule, conv, extents) -> bool:
-    """1x1, stride 1, no padding: the input is read at [n, rc, y, x], so output rows can be
-    fused into one contiguous pixel axis."""
-    if extents[5] != 1 or extents[6] != 1:
-        return False
-    stmt = sch.get(conv)
-    ivars = [iv.var for iv in stmt.iter_vars]
-    for read in stmt.reads:
-        region = read.region
-        if len(region) != 4 or not region[1].min.same_as(ivars[4]):
-            continue
-        y, x = region[2].min, region[3].min
-        ry, rx = ivars[5], ivars[6]
-        ok_y = y.same_as(ivars[2]) or (
-            isinstance(y, tirx.Add) and y.a.same_as(ivars[2]) and y.b.same_as(ry)
-        )
-        ok_x = x.same_as(ivars[3]) or (
-            isinstance(x, tirx.Add) and x.a.same_as(ivars[3]) and x.b.same_as(rx)
-        )
-        shape = [int(e) for e in read.source.shape]
-        out_shape = [int(e) for e in stmt.writes[0].source.shape]
-        return ok_y and ok_x and shape[2:] == out_shape[2:]
-    return False
-
-
 class Conv2dNCHW(CPUScheduleRule):
     """Register-blocked, vectorised direct convolution; see the module docstring.
 
@@ -129,26 +104,15 @@ class Conv2dNCHW(CPUScheduleRule):
         extents = [extent_of(sch, loop) for loop in (n, f, y, x, rc, ry, rx)]
         if any(e is None for e in extents):
             return None
-        _, f_ext, y_ext, x_ext, _, _, rx_ext = extents
+        _, f_ext, _, x_ext, _, _, rx_ext = extents
         lanes = vector_lanes(target)
-        pointwise = not pads and _is_pointwise(sch, conv, extents)
-        if pointwise:  # one contiguous pixel axis; rows of the parallel loop become pixel tiles
-            x = sch.fuse(y, x)
-            x_ext = y_ext * x_ext
         xv = min(width_tile(x_ext, lanes), x_ext)
         budget = self.acc_vectors * lanes
         fi_ext = split_divisible(f_ext, max(1, min(self.max_channel_block, budget // xv)))
         fo, fi = sch.split(f, [None, fi_ext])
-        if pointwise:  # the parallel loop takes groups of pixel tiles (about 64 pixels)
-            tiles = -(-x_ext // xv)
-            group = split_divisible(tiles, max(1, 64 // xv))
-            po, xo, xi = sch.split(x, [tiles // group, group, xv])
-            sch.reorder(n, fo, po, xo, rc, ry, rx, fi, xi)
-            outer = (n, fo, po)
-        else:
-            xo, xi = sch.split(x, [None, xv])
-            sch.reorder(n, fo, y, xo, rc, ry, rx, fi, xi)
-            outer = (n, fo, y)
+        xo, xi = sch.split(x, [None, xv])
+        sch.reorder(n, fo, y, xo, rc, ry, rx, fi, xi)
+        outer = (n, fo, y)
         acc = sch.cache_write(conv, 0, "local")
         if not inline_epilogue(sch, acc):
             return None

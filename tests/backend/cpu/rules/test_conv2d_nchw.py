@@ -1,0 +1,172 @@
+"""Conv2dNCHW: numerics equal to TVM's unscheduled build, the shape the rKernel cutter needs,
+and whole light models against ONNX Runtime with the rules on."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R  # noqa: F401  (TVMScript needs R in scope)
+
+from tvm_rtask.backend.cpu.kernel import CHUNK_ANNOTATION
+from tvm_rtask.backend.cpu.rkernel import make_cpu_rkernel
+from tvm_rtask.backend.cpu.rules import (
+    RULE_ATTR,
+    Conv2dNCHW,
+    rules_enabled,
+    schedule_cpu_func,
+    vector_lanes,
+)
+from tvm_rtask.backend.cpu.rules.conv2d_nchw import width_tile
+from tvm_rtask.backend.cpu.tuned import is_tuned, outer_parallel_extent
+from tvm_rtask.relax_passes import prepare_pipeline
+
+LLVM = tvm.target.Target("llvm")
+
+
+def _conv_module(cin, cout, size, kernel, stride, pad, groups=1, epilogue=True):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, cin, size, size), "float32"))
+    w = relax.Var("w", relax.TensorType((cout, cin // groups, kernel, kernel), "float32"))
+    b = relax.Var("b", relax.TensorType((1, cout, 1, 1), "float32"))
+    params = [x, w, b] if epilogue else [x, w]
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, w, strides=stride, padding=pad, groups=groups))
+            if epilogue:
+                y = bb.emit(relax.op.nn.relu(relax.op.add(y, b)))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _fused_func(mod):
+    mod = prepare_pipeline()(mod)
+    (name,) = [g.name_hint for g in mod.get_global_vars() if g.name_hint != "main"]
+    return mod[name]
+
+
+def _run(func, args):
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), LLVM)
+    tensors = [tvm.runtime.tensor(a) for a in args]
+    lib["main"](*tensors)
+    return tensors[-1].numpy()
+
+
+def _args(func, seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32") for p in func.params
+    ]
+
+
+CASES = {
+    # name: (cin, cout, size, kernel, stride, pad)
+    "pointwise_13": (32, 24, 13, 1, 1, 0),  # squeeze/expand 1x1, whole row one tile
+    "pointwise_55": (16, 16, 55, 1, 1, 0),  # pixel tiles of 11
+    "pointwise_56": (8, 16, 56, 1, 1, 0),  # 16-wide tiles, no tail
+    "3x3_pad1_27": (16, 32, 27, 3, 1, 1),  # padding block computed per row
+    "3x3_pad1_14": (8, 12, 14, 3, 1, 1),  # 12 channels: channel block 4
+    "3x3_s2_tail": (3, 16, 47, 3, 2, 0),  # 23 columns: 8-wide tiles with a tail
+    "7x7_s2_pad3": (3, 8, 32, 7, 2, 3),  # Inception's stem
+    "5x5_pad2_odd_cout": (4, 6, 9, 5, 1, 2),  # 6 channels, 9 columns
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rule_matches_unscheduled_build(case):
+    func = _fused_func(_conv_module(*CASES[case]))
+    scheduled = schedule_cpu_func(func, LLVM)
+    assert scheduled is not None, "the rule should match a direct NCHW convolution"
+    assert is_tuned(scheduled) and str(scheduled.attrs[RULE_ATTR]) == "Conv2dNCHW"
+    assert outer_parallel_extent(scheduled) > 1
+    args = _args(func)
+    np.testing.assert_allclose(_run(scheduled, args), _run(func, args), rtol=1e-5, atol=1e-5)
+
+
+def test_rule_without_epilogue():
+    func = _fused_func(_conv_module(8, 16, 12, 3, 1, 1, epilogue=False))
+    scheduled = schedule_cpu_func(func, LLVM)
+    assert scheduled is not None
+    args = _args(func)
+    np.testing.assert_allclose(_run(scheduled, args), _run(func, args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("max_rtasks", [1, 2, 4])
+def test_rule_output_is_cut_by_the_tuned_cutter(max_rtasks):
+    func = _fused_func(_conv_module(16, 32, 27, 3, 1, 1))
+    scheduled = schedule_cpu_func(func, LLVM)
+    kernel = make_cpu_rkernel(scheduled, max_rtasks)
+    assert kernel.num_rtasks == max_rtasks  # the parallel loop (8 * 27) divides evenly
+    if max_rtasks > 1:
+        assert CHUNK_ANNOTATION in kernel.func.script()
+        assert "T.parallel" not in kernel.func.script()
+    args = _args(func)
+    np.testing.assert_allclose(_run(kernel.func, args), _run(func, args), rtol=1e-5, atol=1e-5)
+
+
+def test_rule_declines_what_it_does_not_schedule():
+    grouped = _fused_func(_conv_module(8, 8, 12, 3, 1, 1, groups=8))  # depthwise
+    assert (
+        Conv2dNCHW().apply(grouped, LLVM, False) is None
+        or schedule_cpu_func(grouped, LLVM) is not None
+    )  # either declined or (when it matches) checked below
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
+    assert Conv2dNCHW().apply(_fused_func(_conv_module(8, 16, 12, 3, 1, 1)), cuda, False) is None
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((4, 8), "float32"))
+    m = relax.Var("m", relax.TensorType((8, 16), "float32"))
+    with bb.function("main", [a, m]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.matmul(a, m)))
+        bb.emit_func_output(out)
+    assert schedule_cpu_func(_fused_func(bb.get()), LLVM) is None
+    already = schedule_cpu_func(_fused_func(_conv_module(8, 16, 12, 3, 1, 1)), LLVM)
+    assert schedule_cpu_func(already, LLVM) is None  # tuned functions are left alone
+
+
+def test_grouped_convolution_stays_correct():
+    func = _fused_func(_conv_module(8, 8, 12, 3, 1, 1, groups=8))
+    scheduled = schedule_cpu_func(func, LLVM)
+    if scheduled is None:
+        pytest.skip("grouped convolution not matched")
+    args = _args(func)
+    np.testing.assert_allclose(_run(scheduled, args), _run(func, args), rtol=1e-5, atol=1e-5)
+
+
+def test_vector_lanes_and_tiles():
+    assert vector_lanes(LLVM) == 8  # no mcpu: the AVX2 assumption
+    assert vector_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})) == 8
+    assert vector_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})) == 16
+    assert width_tile(56, 8) == 8 and width_tile(32, 8) == 16
+    assert width_tile(13, 8) == 13 and width_tile(55, 8) == 11 and width_tile(111, 8) == 8
+
+
+def test_rules_switch(monkeypatch):
+    monkeypatch.setenv("TVM_RTASK_CPU_RULES", "0")
+    assert not rules_enabled()
+    monkeypatch.setenv("TVM_RTASK_CPU_RULES", "1")
+    assert rules_enabled()
+
+
+@pytest.mark.parametrize(
+    "name", ["squeezenet", pytest.param("inception_v1", marks=pytest.mark.slow)]
+)
+def test_light_model_with_rules_matches_onnxruntime(name, monkeypatch):
+    import tvm_rtask
+    from tvm_rtask.testing.onnx_light import (
+        load_light_model,
+        onnxruntime_outputs,
+        random_inputs,
+        relative_error,
+    )
+
+    monkeypatch.setenv("TVM_RTASK_CPU_RULES", "1")
+    model = load_light_model(name)
+    inputs = random_inputs(model)
+    reference = onnxruntime_outputs(model, inputs)
+    ex = tvm_rtask.compile(tvm_rtask.frontend.load(model), "llvm", policy="wavefront")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(v) for v in inputs.values()])
+    outs = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+    for actual, expected in zip(outs, reference, strict=True):
+        assert relative_error(actual, expected) < 1e-4
