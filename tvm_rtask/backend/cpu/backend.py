@@ -14,7 +14,7 @@ from ..base import Backend, ProgramIO, load_tuned
 from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher
 from .rkernel import make_cpu_rkernel
 from .threads import cpu_model_name
-from .tuned import outer_parallel_extent
+from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 
 # The CPU dispatcher inlines each rKernel once per vEU that runs it; LLVM's time grows faster
 # than linearly with the function, so rPrograms are capped on llvm (every policy that takes
@@ -135,7 +135,7 @@ class CPUBackend(Backend):
         records each record's parallel loop gives its own counts, and an rTask's time is the
         record's time times the threads it ran on, divided among the rTasks.
         """
-        from .rules import rules_enabled
+        from .rules import is_rule_scheduled, rules_enabled
 
         vdevice = cpu_vdevice(options.num_veu)
         tuned = load_tuned(options.db, "llvm")
@@ -149,7 +149,9 @@ class CPUBackend(Backend):
                 variants: dict[int, RKernel] = {}
                 for func, us, cores in _candidates(mod[name], tuned, rule_target):
                     for limit in limits:
-                        kernel = make_cpu_rkernel(func, limit)
+                        # a rule's schedule is cut along its parallel loop, like a record's
+                        make = make_tuned_cpu_rkernel if is_rule_scheduled(func) else None
+                        kernel = (make or make_cpu_rkernel)(func, limit)
                         n = kernel.num_rtasks
                         if n in variants:
                             continue

@@ -8,16 +8,16 @@ from tvm import relax
 from tvm.script import relax as R  # noqa: F401  (TVMScript needs R in scope)
 
 from tvm_rtask.backend.cpu.kernel import CHUNK_ANNOTATION
-from tvm_rtask.backend.cpu.rkernel import make_cpu_rkernel
 from tvm_rtask.backend.cpu.rules import (
     RULE_ATTR,
     Conv2dNCHW,
+    is_rule_scheduled,
     rules_enabled,
     schedule_cpu_func,
     vector_lanes,
 )
 from tvm_rtask.backend.cpu.rules.conv2d_nchw import width_tile
-from tvm_rtask.backend.cpu.tuned import is_tuned, outer_parallel_extent
+from tvm_rtask.backend.cpu.tuned import is_tuned, make_tuned_cpu_rkernel, outer_parallel_extent
 from tvm_rtask.relax_passes import prepare_pipeline
 
 LLVM = tvm.target.Target("llvm")
@@ -77,7 +77,8 @@ def test_rule_matches_unscheduled_build(case):
     func = _fused_func(_conv_module(*CASES[case]))
     scheduled = schedule_cpu_func(func, LLVM)
     assert scheduled is not None, "the rule should match a direct NCHW convolution"
-    assert is_tuned(scheduled) and str(scheduled.attrs[RULE_ATTR]) == "Conv2dNCHW"
+    assert str(scheduled.attrs[RULE_ATTR]) == "Conv2dNCHW" and is_rule_scheduled(scheduled)
+    assert not is_tuned(scheduled)  # TUNED_ATTR means "from a tuning database"
     assert outer_parallel_extent(scheduled) > 1
     args = _args(func)
     np.testing.assert_allclose(_run(scheduled, args), _run(func, args), rtol=1e-5, atol=1e-5)
@@ -95,7 +96,7 @@ def test_rule_without_epilogue():
 def test_rule_output_is_cut_by_the_tuned_cutter(max_rtasks):
     func = _fused_func(_conv_module(16, 32, 27, 3, 1, 1))
     scheduled = schedule_cpu_func(func, LLVM)
-    kernel = make_cpu_rkernel(scheduled, max_rtasks)
+    kernel = make_tuned_cpu_rkernel(scheduled, max_rtasks)
     assert kernel.num_rtasks == max_rtasks  # the parallel loop (8 * 27) divides evenly
     if max_rtasks > 1:
         assert CHUNK_ANNOTATION in kernel.func.script()
@@ -170,3 +171,28 @@ def test_light_model_with_rules_matches_onnxruntime(name, monkeypatch):
     outs = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
     for actual, expected in zip(outs, reference, strict=True):
         assert relative_error(actual, expected) < 1e-4
+
+
+def test_backend_variants_come_from_the_rule(monkeypatch):
+    """make_rkernels: the rule's schedule, cut into distinct rTask counts, each variant the
+    operator's numbers; with the rules off the variants are the unscheduled TIR's."""
+    from tvm_rtask.backend.cpu.backend import kernel_function
+    from tvm_rtask.core import Plan
+    from tvm_rtask.relax_passes import PLAN_ATTR, PlanRPrograms
+
+    fused = prepare_pipeline()(_conv_module(8, 16, 12, 3, 1, 1))
+    (name,) = [g.name_hint for g in fused.get_global_vars() if g.name_hint != "main"]
+    args = _args(fused[name])
+    expected = _run(fused[name], args)
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TVM_RTASK_CPU_RULES", flag)
+        mod = PlanRPrograms("llvm", num_veu=2)(fused)
+        plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]))
+        (op,) = [op for op in plan.graph.ops if op.func == name]
+        counts = [k.num_rtasks for k in op.rkernels]
+        assert len(counts) >= 2 and len(set(counts)) == len(counts), counts
+        for kernel in op.rkernels:
+            func = mod[kernel_function(mod, op.func, kernel.name)]
+            assert (RULE_ATTR in func.attrs) == (flag == "1")
+            assert int(func.attrs["rtask.num_rtasks"]) == kernel.num_rtasks
+            np.testing.assert_allclose(_run(func, args), expected, rtol=1e-5, atol=1e-5)

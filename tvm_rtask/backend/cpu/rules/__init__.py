@@ -1,8 +1,10 @@
 """Schedule rules for llvm (one rule a file, as ``tvm.s_tir.dlight.cpu``).
 
 :func:`schedule_cpu_func` applies the first rule that matches; its result is a PrimFunc
-marked with :data:`tvm_rtask.records.TUNED_ATTR` (one outer ``T.parallel`` loop), so the CPU
-rKernel maker cuts it along that loop as it cuts a MetaSchedule record.
+marked with :data:`RULE_ATTR` whose body is one outer ``T.parallel`` loop, so the CPU backend
+cuts it along that loop with the tuned-kernel cutter (``tuned.make_tuned_cpu_rkernel``), as
+it cuts a MetaSchedule record. It is not marked :data:`tvm_rtask.records.TUNED_ATTR`: that
+attribute means "from a tuning database" (measured times, ``tvm-rtask tune``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "CPUScheduleRule",
     "Conv2dNCHW",
     "default_rules",
+    "is_rule_scheduled",
     "rules_enabled",
     "schedule_cpu_func",
     "vector_lanes",
@@ -37,7 +40,7 @@ def schedule_cpu_func(
     func: tirx.PrimFunc, target: Target, rules: list[CPUScheduleRule] | None = None
 ) -> tirx.PrimFunc | None:
     """``func`` scheduled by the first matching rule (marked tuned), or None."""
-    if func.attrs is not None and TUNED_ATTR in func.attrs:
+    if func.attrs is not None and (TUNED_ATTR in func.attrs or RULE_ATTR in func.attrs):
         return None
     for rule in default_rules() if rules is None else rules:
         try:
@@ -46,9 +49,13 @@ def schedule_cpu_func(
             sch = None
         if sch is None:
             continue
-        result = sch.mod["main"]
-        return result.with_attr(TUNED_ATTR, True).with_attr(RULE_ATTR, type(rule).__name__)
+        return sch.mod["main"].with_attr(RULE_ATTR, type(rule).__name__)
     return None
+
+
+def is_rule_scheduled(func: tirx.PrimFunc) -> bool:
+    """Scheduled by a rule here: one outer parallel loop, for the tuned-kernel cutter."""
+    return func.attrs is not None and RULE_ATTR in func.attrs
 
 
 # Whether make_rkernels schedules PrimFuncs with the rules (the option; on since measured
