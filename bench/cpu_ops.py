@@ -97,7 +97,9 @@ def bench_model(name: str, target, repeat: int, only: str | None) -> list[dict]:
     return rows
 
 
-def _e2e_model(name: str, threads: int, warmup: int, repeat: int, rounds: int) -> dict:
+def _e2e_model(
+    name: str, threads: int, warmup: int, repeat: int, rounds: int, target="llvm"
+) -> dict:
     import os
     import time
 
@@ -115,11 +117,11 @@ def _e2e_model(name: str, threads: int, warmup: int, repeat: int, rounds: int) -
     reference = onnxruntime_outputs(model, inputs)
     mod = tvm_rtask.frontend.load(model)
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
-    runners, result = {}, {"name": name, "configs": {}}
+    runners, result = {}, {"name": name, "target": str(target), "configs": {}}
     for config, flag in (("rtask_wavefront_rules_off", "0"), ("rtask_wavefront_rules_on", "1")):
         os.environ["TVM_RTASK_CPU_RULES"] = flag
         start = time.perf_counter()
-        ex = tvm_rtask.compile(mod, "llvm", policy="wavefront", num_veu=threads)
+        ex = tvm_rtask.compile(mod, target, policy="wavefront", num_veu=threads)
         compile_s = time.perf_counter() - start
         set_num_threads(threads)
         vm = relax.VirtualMachine(ex, tvm.cpu())
@@ -170,13 +172,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
+    target = tvm.target.Target(
+        json.loads(args.target) if args.target.startswith("{") else args.target
+    )
     if args.e2e:
         import platform
 
         threads = max(args.threads, 2) if args.threads == 1 else args.threads
         set_num_threads(threads)
         models = [
-            _e2e_model(m, threads, args.warmup, args.repeat, args.rounds) for m in args.models
+            _e2e_model(m, threads, args.warmup, args.repeat, args.rounds, target)
+            for m in args.models
         ]
         for m in models:
             ratios = ", ".join(
@@ -196,9 +202,6 @@ def main() -> None:
                     indent=1,
                 )
         return
-    target = tvm.target.Target(
-        json.loads(args.target) if args.target.startswith("{") else args.target
-    )
     set_num_threads(args.threads)
     rows = [r for m in args.models for r in bench_model(m, target, args.repeat, args.only)]
     total_base = sum(r["default_us"] for r in rows)

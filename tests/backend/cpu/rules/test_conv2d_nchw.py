@@ -66,7 +66,8 @@ CASES = {
     "pointwise_56": (8, 16, 56, 1, 1, 0),  # 16-wide tiles, no tail
     "3x3_pad1_27": (16, 32, 27, 3, 1, 1),  # padding block computed per row
     "3x3_pad1_14": (8, 12, 14, 3, 1, 1),  # 12 channels: channel block 4
-    "3x3_s2_tail": (3, 16, 47, 3, 2, 0),  # 23 columns: 8-wide tiles with a tail
+    "3x3_tail": (4, 8, 43, 3, 1, 0),  # 41 columns (prime): 8-wide tiles with a tail
+    "3x3_s2": (3, 16, 33, 3, 2, 0),  # strided columns, 16 of them
     "7x7_s2_pad3": (3, 8, 32, 7, 2, 3),  # Inception's stem
     "5x5_pad2_odd_cout": (4, 6, 9, 5, 1, 2),  # 6 channels, 9 columns
 }
@@ -125,6 +126,34 @@ def test_rule_declines_what_it_does_not_schedule():
     assert schedule_cpu_func(already, LLVM) is None  # tuned functions are left alone
 
 
+def test_rule_declines_strided_columns_without_whole_vectors():
+    # SqueezeNet's stem (3x3/2, 111 columns): gathers of 37 lanes, 3x slower than unscheduled
+    func = _fused_func(_conv_module(3, 8, 47, 3, 2, 0))  # 23 columns
+    assert schedule_cpu_func(func, LLVM) is None
+
+
+def test_pool_rule_matches_unscheduled_build():
+    """Pool2dNCHW is not a default rule (measured slower), but must stay correct."""
+    from tvm_rtask.backend.cpu.rules import Pool2dNCHW
+
+    for pool in (
+        lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=2),
+        lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=1, padding=1),
+        lambda x: relax.op.nn.avg_pool2d(x, pool_size=3, strides=1, padding=1),
+    ):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType((1, 8, 27, 27), "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(bb.emit(pool(x)))
+            bb.emit_func_output(out)
+        func = _fused_func(bb.get())
+        sch = Pool2dNCHW().apply(func, LLVM, False)
+        assert sch is not None
+        args = _args(func)
+        np.testing.assert_allclose(_run(sch.mod["main"], args), _run(func, args), rtol=1e-5)
+
+
 def test_grouped_convolution_stays_correct():
     func = _fused_func(_conv_module(8, 8, 12, 3, 1, 1, groups=8))
     scheduled = schedule_cpu_func(func, LLVM)
@@ -139,7 +168,8 @@ def test_vector_lanes_and_tiles():
     assert vector_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})) == 8
     assert vector_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})) == 16
     assert width_tile(56, 8) == 8 and width_tile(32, 8) == 16
-    assert width_tile(13, 8) == 13 and width_tile(55, 8) == 11 and width_tile(111, 8) == 8
+    assert width_tile(13, 8) == 13 and width_tile(55, 8) == 11 and width_tile(111, 8) == 37
+    assert width_tile(23, 8) == 23 and width_tile(41, 8) == 8  # 41: 8-wide tiles, a tail
 
 
 def test_rules_switch(monkeypatch):

@@ -17,6 +17,7 @@ from tvm.target import Target
 from ....records import TUNED_ATTR
 from .base import CPUScheduleRule, vector_lanes
 from .conv2d_nchw import Conv2dNCHW
+from .pool2d_nchw import Pool2dNCHW
 
 RULE_ATTR = "rtask.cpu_rule"
 
@@ -24,6 +25,7 @@ __all__ = [
     "RULE_ATTR",
     "CPUScheduleRule",
     "Conv2dNCHW",
+    "Pool2dNCHW",
     "default_rules",
     "is_rule_scheduled",
     "rules_enabled",
@@ -33,7 +35,7 @@ __all__ = [
 
 
 def default_rules() -> list[CPUScheduleRule]:
-    return [Conv2dNCHW()]
+    return [Conv2dNCHW()]  # Pool2dNCHW measured slower than unscheduled TIR: not default
 
 
 def schedule_cpu_func(

@@ -1,0 +1,95 @@
+"""NCHW pooling as Relax legalizes it (``pool_max`` / ``pool_sum`` + ``pool_avg``: n, c, y,
+x spatial; the window's two axes reduction), with its padding producer.
+
+Schedule::
+
+    for p in T.parallel(N * C * H):        # n, c, y fused: the rTask loop
+        pad rows of this output row        # only when the padding block really pads
+        for x_o in range(W / XV):
+            acc[XV] = init
+            for ry, rx (unrolled):
+                for x_i in vectorized(XV): acc[x_i] = max(acc[x_i], in[..., (x_o*XV + x_i)*s + rx])
+            out[...] = acc (/ window)      # epilogue (average) inlined into the write-back
+
+The window loops sit outside the vectorized columns, so each window offset is one (strided)
+vector load instead of a scalar reduction per output.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_sblock_info
+from tvm.target import Target
+
+from .base import (
+    CPUScheduleRule,
+    extent_of,
+    inline_epilogue,
+    is_copy,
+    single_reduction,
+    vector_lanes,
+)
+from .conv2d_nchw import PARTITION_HINT, width_tile
+
+
+def _is_pool_nchw(sch: s_tir.Schedule, block) -> bool:
+    if get_sblock_info(sch, block).dom_kind() != "SSSSRR":
+        return False
+    stmt = sch.get(block)
+    if len(stmt.writes) != 1 or len(stmt.reads) != 1:
+        return False
+    ivars = [iv.var for iv in stmt.iter_vars]
+    out = stmt.writes[0].region
+    return len(out) == 4 and all(r.min.same_as(v) for r, v in zip(out, ivars[:4], strict=True))
+
+
+class Pool2dNCHW(CPUScheduleRule):
+    """Vectorised max / average pooling; see the module docstring."""
+
+    def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        pool = single_reduction(sch)
+        if pool is None or not _is_pool_nchw(sch, pool):
+            return None
+        if str(sch.get(pool).writes[0].source.dtype) != "float32":
+            return None
+        pads = []
+        for producer in sch.get_producers(pool):
+            if is_copy(sch, producer):
+                sch.compute_inline(producer)
+            else:
+                pads.append(producer)
+        if any(sch.get_producers(p) for p in pads):
+            return None
+        n, c, y, x, ry, rx = sch.get_loops(pool)
+        extents = [extent_of(sch, loop) for loop in (n, c, y, x, ry, rx)]
+        if any(e is None for e in extents):
+            return None
+        x_ext, rx_ext = extents[3], extents[5]
+        xv = min(width_tile(x_ext, vector_lanes(target)), x_ext)
+        xo, xi = sch.split(x, [None, xv])
+        sch.reorder(n, c, y, xo, ry, rx, xi)
+        acc = sch.cache_write(pool, 0, "local")
+        if not inline_epilogue(sch, acc):
+            return None
+        sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
+        par = sch.fuse(n, c, y)
+        for pad in pads:
+            sch.compute_at(pad, par, preserve_unit_loops=True)
+        sch.vectorize(xi)
+        if rx_ext <= 7:
+            sch.unroll(rx)
+        sch.parallel(par)  # before decompose_reduction (see conv2d_nchw)
+        init = sch.decompose_reduction(pool, ry)
+        for block in (init, acc):
+            loops = sch.get_loops(block)[2:]
+            if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
+                if extent_of(sch, loops[-1]) == xv:
+                    sch.vectorize(loops[-1])
+            for loop in loops[:-1]:
+                sch.unroll(loop)
+        if x_ext % xv:
+            sch.annotate(xo, PARTITION_HINT, 1)
+        return sch
