@@ -17,7 +17,9 @@ class RKernel:
     """A variant of an operator, e.g. ``RKernel("fused_conv2d@16", num_rtasks=16, threads=256)``.
 
     ``est_us`` is the time of ONE rTask in microseconds when it was measured or estimated
-    elsewhere; ``None`` lets the cost model decide.
+    elsewhere; ``None`` lets the cost model decide. ``schedule`` says where the kernel's
+    schedule comes from when it is not the target's default one for the operator (for
+    example ``"serial-reduction"``: rescheduled to fit a vEU); "" for the default.
     """
 
     name: str
@@ -26,6 +28,7 @@ class RKernel:
     shared_mem: int = 0
     registers: int = 0
     est_us: float | None = None
+    schedule: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_rtasks, int) or self.num_rtasks < 1:

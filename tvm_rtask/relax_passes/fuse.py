@@ -76,6 +76,19 @@ class FuseKeepingWaves:
         return relax.transform.DeadCodeElimination()(mod)
 
 
+@tvm.transform.module_pass(opt_level=0, name="SafeNames")
+class SafeNames:
+    """Names that are not C identifiers made safe again after LegalizeOps: kernels' buffer
+    parameters are named after Relax variables, and the binding ``frontend.load`` adds to
+    rename an input (``gpu_0/data_0``) may have been folded away by then (seen on the ONNX
+    ResNet-50: the CUDA source did not compile)."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        from ..frontend.names import make_names_safe
+
+        return make_names_safe(mod)
+
+
 def prepare_pipeline(fusion: str = "fuseops", device: str = "cpu") -> tvm.transform.Pass:
     """Legalize, annotate, fold constants and fuse: the Relax module the planner expects.
 
@@ -85,6 +98,7 @@ def prepare_pipeline(fusion: str = "fuseops", device: str = "cpu") -> tvm.transf
     passes = [
         RemoveInferenceDropout(),
         relax.transform.LegalizeOps(),
+        SafeNames(),
         relax.transform.AnnotateTIROpPattern(),
         FoldConstantCalls(),
         relax.transform.FoldConstant(),

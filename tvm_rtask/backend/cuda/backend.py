@@ -182,13 +182,13 @@ class CUDABackend(Backend):
 
         def rkernels_for(name: str) -> list[RKernel]:
             if name not in cache:
-                source = mod[name]
+                source, schedule = mod[name], ""
                 kernel = make_cuda_rkernel(source, max_rtasks)
                 reason = _fits(kernel, cuda.threads)
                 if reason and name in unscheduled:
                     serial = schedule_serial_reduction(unscheduled[name], cuda.threads)
                     if serial is not None:
-                        source = serial
+                        source, schedule = serial, "serial-reduction"
                         kernel = make_cuda_rkernel(serial, max_rtasks)
                         reason = _fits(kernel, cuda.threads)
                 if reason:
@@ -203,6 +203,7 @@ class CUDABackend(Backend):
                         num_rtasks=kernel.num_rtasks,
                         threads=kernel.threads,
                         shared_mem=kernel.shared_mem,
+                        schedule=schedule,
                     )
                 ]
             return cache[name]
@@ -217,20 +218,24 @@ class CUDABackend(Backend):
             return VDevice.cuda(
                 spec,
                 threads=block,
-                registers=cuda.registers or self._register_budget(sources),
+                registers=cuda.registers or self._register_budget(sources, cache),
                 shared_mem=max(shared, default=0),
                 num_veu=num_veu,
             )
 
         return mod, rkernels_for, vdevice
 
-    def _register_budget(self, sources: dict) -> int:
-        """Registers per thread for the persistent kernels: see DISPATCH_REGISTERS."""
+    def _register_budget(self, sources: dict, rkernels: dict) -> int:
+        """Registers per thread for the persistent kernels (see DISPATCH_REGISTERS); each
+        rKernel's own count is recorded on it (``RKernel.registers``)."""
         from .occupancy import source_kernel_registers
 
         measured = source_kernel_registers(sources, self.target)
         if not measured:
             return DEFAULT_REGISTERS
+        for name, registers in measured.items():
+            for kernel in rkernels.get(name, []):
+                kernel.registers = registers
         return min(max(measured.values()) + DISPATCH_REGISTERS, 255)
 
     def lower_program(self, program, plan, options, mod, io: ProgramIO):
@@ -329,6 +334,6 @@ class CUDABackend(Backend):
         )
         plan.kernel_usage = {
             name: {"registers": usage[name].registers, "shared_mem": usage[name].shared_mem,
-                   "capacity": capacity}
+                   "spill_stores": usage[name].spill_stores, "capacity": capacity}
             for name, capacity in capacities.items()
         }  # fmt: skip

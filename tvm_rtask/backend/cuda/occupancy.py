@@ -43,8 +43,44 @@ def find_nvcc() -> str | None:
     return candidate if candidate and os.path.exists(candidate) else None
 
 
+def tvm_nvcc_command(nvcc: str, arch: str, source: str, output: str) -> list[str]:
+    """The nvcc command TVM itself compiles CUDA with (``tvm.support.nvcc``: ``-O3``,
+    ``--use_fast_math``, ptxas ``--register-usage-level=10``, ...), to a cubin, with the
+    ptxas report (``-v``) on: registers counted as for the kernel that will run.
+
+    TVM 0.27 compiles the CUDA source only when the module is loaded on a device (the
+    runtime's ``tvm_callback_cuda_compile``), so a build on a machine without a GPU never
+    runs nvcc: the occupancy checks compile the source themselves, with these flags.
+    """
+    try:
+        from tvm.support.nvcc import _ptxas_option_flags
+
+        ptxas = list(_ptxas_option_flags())
+    except ImportError:
+        ptxas = ["-v"]
+    if "-v" not in ptxas:
+        ptxas.append("-v")
+    fast_math = [] if os.environ.get("TVM_CUDA_NVCC_NO_FAST_MATH") else ["--use_fast_math"]
+    suffix = arch.removeprefix("sm_")
+    return [
+        nvcc,
+        "--cubin",
+        "-O3",
+        "-gencode",
+        f"arch=compute_{suffix},code=sm_{suffix}",
+        "--expt-relaxed-constexpr",
+        "--expt-extended-lambda",
+        *fast_math,
+        f"--ptxas-options={','.join(ptxas)}",
+        "-o",
+        output,
+        source,
+    ]
+
+
 def ptxas_usage(source: str, arch: str, nvcc: str | None = None) -> dict[str, KernelUsage]:
-    """Compile ``source`` for ``arch`` with ``nvcc -cubin -Xptxas -v``; usage per kernel."""
+    """Compile ``source`` for ``arch`` as TVM does (:func:`tvm_nvcc_command`); usage per
+    kernel."""
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found (PATH, CUDA_HOME)")
@@ -53,16 +89,21 @@ def ptxas_usage(source: str, arch: str, nvcc: str | None = None) -> dict[str, Ke
         with open(path, "w") as f:
             f.write(source)
         out = subprocess.run(
-            [nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", path + ".cubin", path],
+            tvm_nvcc_command(nvcc, arch, path, path + ".cubin"),
             capture_output=True,
             text=True,
             timeout=1800,
         )
     if out.returncode != 0:
         raise RuntimeError(f"nvcc failed on the generated CUDA source:\n{out.stderr[-3000:]}")
+    return parse_ptxas_report(out.stderr)
+
+
+def parse_ptxas_report(text: str) -> dict[str, KernelUsage]:
+    """Registers, shared memory and spill stores per kernel from ptxas ``-v`` output."""
     usage: dict[str, KernelUsage] = {}
     current, spills = None, 0
-    for line in out.stderr.splitlines():
+    for line in text.splitlines():
         match = _FUNCTION.search(line)
         if match:
             current, spills = match.group(1), 0
