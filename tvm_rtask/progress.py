@@ -118,6 +118,14 @@ def _stage_instrument():
                 seconds = time.perf_counter() - entry[1]
                 logger.log(_level(name), "%s done in %.2f s", name, seconds)
 
+        def exit_pass_ctx(self) -> None:
+            # a pass that raised never reaches run_after_pass
+            while self.open:
+                entry = self.open.pop()
+                if entry is not None:
+                    seconds = time.perf_counter() - entry[1]
+                    logger.log(_level(entry[0]), "%s failed after %.2f s", entry[0], seconds)
+
     return _Stages()
 
 
