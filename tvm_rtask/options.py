@@ -39,6 +39,7 @@ class RTaskOptions:
     check_status: bool | None = None  # CUDA: a blocking status check after every call
     verify_occupancy: bool | None = None  # CUDA: ptxas -v registers must fit all vEUs at once
     cooperative_launch: bool | None = None  # CUDA: the driver refuses a non-co-resident grid
+    cpu_rules: bool | None = None  # llvm: tvm-rtask's schedule rules (convolution); default on
     max_ops_per_program: int | None = None  # rProgram cap (None: the backend's default)
     max_kernels_per_program: int | None = None  # distinct kernels (None: backend default)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
@@ -74,7 +75,13 @@ class RTaskOptions:
             value = getattr(self, key)
             if value is not None and (not _is_int(value) or value < 0):
                 raise OptionError(f"{key} must be >= 0 (0: no limit), not {value!r}")
-        for key in ("check_status", "verify_occupancy", "cooperative_launch", "ios_merge"):
+        for key in (
+            "check_status",
+            "verify_occupancy",
+            "cooperative_launch",
+            "ios_merge",
+            "cpu_rules",
+        ):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise OptionError(f"{key} must be True or False, not {value!r}")

@@ -20,6 +20,11 @@ from tvm_rtask.runtime.config import CONFIG_OPTIONS
 PACKAGE = Path(tvm_rtask.__file__).parent
 
 
+def test_cpu_rules_on_cuda_are_refused():
+    with pytest.raises(OptionError, match="cpu_rules applies to llvm targets only"):
+        plan_options({"cpu_rules": True}, None, as_target("cuda"))
+
+
 def test_global_barrier_on_cuda_is_refused_not_ignored():
     with pytest.raises(OptionError, match="barrier='global' is not implemented on CUDA"):
         plan_options({"barrier": "global"}, None, as_target("cuda"))

@@ -1,8 +1,8 @@
 """CUDA code generation without a GPU: persistent kernels that nvcc accepts, checked in shape.
 
-For the light models and every built-in architecture, tvm_rtask compiles for sm_80 and sm_90
-and the generated CUDA source must compile with ``nvcc -ptx`` (the full-size built-in models
-are marked slow). Structural checks: one ``__global__`` kernel per launch in
+For the light models (sm_90; sm_80 for the two smallest, the others slow) and every built-in
+architecture (reduced, sm_80 and sm_90; full sizes slow), the generated CUDA source must
+compile with ``nvcc -ptx``. Structural checks: one ``__global__`` kernel per launch in
 the plan, vEUs within occupancy capacity, the barrier count encoded in the task tables, and
 guards plus syncs where a task has fewer threads than its vEU.
 """
@@ -21,7 +21,8 @@ from tvm_rtask.errors import CapacityError
 from tvm_rtask.testing.onnx_light import load_light_model
 
 NVCC = shutil.which("nvcc")
-# Every light model compiles for both architectures in CI (`make test` runs on both cores).
+# Every light model compiles for sm_90 in CI; for sm_80 the two smallest do, the others are
+# slow tests (unrolled as TVM unrolls, the sources are 50,000+ lines: nvcc takes minutes).
 LIGHT = (
     "bvlc_alexnet",
     "zfnet512",
@@ -49,8 +50,12 @@ def _cuda_source(ex) -> str:
 def _nvcc(source: str, arch: str, tmp_path) -> None:
     cu = tmp_path / f"kernels_{arch}.cu"
     cu.write_text(source)
+    # -Xcicc -O0: whether nvcc accepts the source does not depend on its optimiser, which is
+    # most of its time now that rKernels are unrolled as TVM unrolls (SqueezeNet: 70 s -> 25 s);
+    # the optimised code is checked per operator in tests/backend/cuda/test_ptx_parity.py
+    ptx = str(tmp_path / f"kernels_{arch}.ptx")
     out = subprocess.run(
-        [NVCC, "-ptx", f"-arch={arch}", "-o", str(tmp_path / f"kernels_{arch}.ptx"), str(cu)],
+        [NVCC, "-ptx", f"-arch={arch}", "-Xcicc", "-O0", "-o", ptx, str(cu)],
         capture_output=True,
         text=True,
         timeout=1800,  # full-size LSTM-TC: about 9 kernels x 20-75 s (docs/compile-time-notes.md)
@@ -93,8 +98,17 @@ def _check(model, arch, tmp_path):
     return plan, source
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("name", LIGHT)
+SM80_IN_CI = ("squeezenet", "bvlc_alexnet")
+LIGHT_CASES = [
+    pytest.param(
+        name, arch, marks=[] if arch == "sm_90" or name in SM80_IN_CI else [pytest.mark.slow]
+    )
+    for name in LIGHT
+    for arch in ARCHS
+]
+
+
+@pytest.mark.parametrize("name, arch", LIGHT_CASES)
 def test_light_model_cuda_source_compiles(name, arch, tmp_path):
     if not NVCC:
         pytest.skip("nvcc not found: structural checks ran, the nvcc compile did not")

@@ -139,7 +139,8 @@ class CPUBackend(Backend):
 
         vdevice = cpu_vdevice(options.num_veu)
         tuned = load_tuned(options.db, "llvm")
-        rule_target = self.target if rules_enabled() else None
+        use_rules = rules_enabled() if options.cpu_rules is None else options.cpu_rules
+        rule_target = self.target if use_rules else None
         max_rtasks = vdevice.num_veu * (options.rtasks_per_veu or RTASKS_PER_VEU)
         limits = sorted({max_rtasks, vdevice.num_veu, 1}, reverse=True)
         cache: dict[str, list[RKernel]] = {}

@@ -137,6 +137,8 @@ class CUDABackend(Backend):
         return dev
 
     def check_options(self, options) -> None:
+        if options.cpu_rules is not None:
+            raise OptionError("option cpu_rules applies to llvm targets only, not to cuda")
         if options.barrier != "fine":
             raise OptionError(
                 f"barrier={options.barrier!r} is not implemented on CUDA (it is llvm's parallel "

@@ -60,9 +60,10 @@ def is_rule_scheduled(func: tirx.PrimFunc) -> bool:
     return func.attrs is not None and RULE_ATTR in func.attrs
 
 
-# Whether make_rkernels schedules PrimFuncs with the rules (the option; on since measured
-# 2.1x (SqueezeNet) and 2.9x (Inception v1) faster under wavefront): environment variable
-# TVM_RTASK_CPU_RULES=0/1 wins over this default.
+# Whether make_rkernels schedules PrimFuncs with the rules when the option cpu_rules is not
+# given (on since measured 2.1x (SqueezeNet) and 2.9x (Inception v1) faster under
+# wavefront); the environment variable TVM_RTASK_CPU_RULES=0/1 changes this default for a
+# process, the option wins over both.
 ENABLED_BY_DEFAULT = True
 
 
