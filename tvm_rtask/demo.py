@@ -34,10 +34,9 @@ LABELS = {
     "tvm_default": "TVM default build (`tvm.compile`, llvm)",
     "onnxruntime": "ONNX Runtime (CPUExecutionProvider)",
 }
-# tvm-rtask sequential with the CPU backend's schedule rules switched off: one operator per
-# launch, each rKernel the unscheduled TIR cut along its outer loop, i.e. only the threads.
+# tvm-rtask sequential with the CPU backend's schedule rules off (option cpu_rules=False): one
+# operator per launch, each rKernel the unscheduled TIR cut along its outer loop: the threads.
 RULES_OFF = "rtask_sequential_rules_off"
-RULES_ENV = "TVM_RTASK_CPU_RULES"
 REFERENCE = "tvm_default"
 # A tvm-rtask build must agree with TVM's default build of the same module this closely.
 TOLERANCE = 1e-4
@@ -179,12 +178,14 @@ def measure(
     print(f"plan of {model_name} ({policy}, {threads} vEUs):")
     print(json.dumps(plan.report(), indent=1))
 
-    def rtask(p):
-        return lambda: tvm_rtask.compile(mod, "llvm", policy=p, barrier=barrier, num_veu=threads)
+    def rtask(p, **options):
+        return lambda: tvm_rtask.compile(
+            mod, "llvm", policy=p, barrier=barrier, num_veu=threads, **options
+        )
 
     builds = {REFERENCE: lambda: tvm.compile(mod, target="llvm")}
     if _cpu_rules_on():
-        builds[RULES_OFF] = lambda: _without_cpu_rules(rtask("sequential"))
+        builds[RULES_OFF] = rtask("sequential", cpu_rules=False)
     for p in dict.fromkeys(("sequential", policy)):
         builds[f"rtask_{p}"] = rtask(p)
     configs: dict[str, dict] = {}
@@ -286,29 +287,13 @@ def _label(name: str, barrier: str) -> str:
 
 
 def _cpu_rules_on() -> bool:
-    """Whether the CPU backend schedules operators with its rules (backend/cpu/rules)."""
+    """Whether the CPU backend schedules operators with its rules (backend/cpu/rules) when
+    the option ``cpu_rules`` is not given."""
     try:
         from tvm_rtask.backend.cpu.rules import rules_enabled
     except ImportError:
         return False
     return rules_enabled()
-
-
-def _without_cpu_rules(build):
-    """``build()`` with the CPU schedule rules switched off (``TVM_RTASK_CPU_RULES=0``)."""
-    from tvm_rtask.backend.cpu.rules import rules_enabled
-
-    old = os.environ.get(RULES_ENV)
-    os.environ[RULES_ENV] = "0"
-    try:
-        if rules_enabled():
-            raise RuntimeError(f"{RULES_ENV}=0 no longer switches the CPU schedule rules off")
-        return build()
-    finally:
-        if old is None:
-            del os.environ[RULES_ENV]
-        else:
-            os.environ[RULES_ENV] = old
 
 
 def _ort_session(model, threads: int):
