@@ -4,6 +4,8 @@ No download: every model is written with ``onnx.helper`` (through a small shape-
 builder) and given seeded random weights, so the same ``seed`` always gives the same model.
 Each model is an ONNX ``ModelProto`` first (:func:`onnx_model`; save it with
 ``onnx.save``) and a Relax ``IRModule`` through :func:`tvm_rtask.frontend.load` (:func:`get`).
+With PyTorch installed (``pip install tvm-rtask[torch]``), :func:`torch_model` gives the same
+model, weights included, as a ``torch.nn.Module`` made from that ONNX graph (``torch_twin``).
 
 ``reduced=True`` gives a small variant of the same architecture (fewer layers, steps and
 channels) that compiles and runs in seconds: what the tests use for numerics. Any
@@ -25,7 +27,7 @@ from typing import Any
 
 from ..errors import OptionError
 
-__all__ = ["config", "describe", "get", "names", "onnx_model", "sample_inputs"]
+__all__ = ["config", "describe", "get", "names", "onnx_model", "sample_inputs", "torch_model"]
 
 # zoo name -> module of this package
 _MODULES = {
@@ -93,3 +95,23 @@ def get(name: str, batch: int = 1, reduced: bool = False, seed: int = 0, **overr
 
     model = onnx_model(name, batch=batch, reduced=reduced, seed=seed, **overrides)
     return frontend.load(model), sample_inputs(model, seed=seed + 1)
+
+
+def torch_model(name: str, batch: int = 1, reduced: bool = False, seed: int = 0, **overrides):
+    """``(module, example_inputs)``: the model as an eval-mode ``torch.nn.Module`` with the
+    weights of :func:`onnx_model` (its twin, made from the same ONNX graph, so the two cannot
+    differ), and :func:`get`'s sample inputs as a tuple of tensors.
+
+    Needs PyTorch (``pip install tvm-rtask[torch]``); the module exports with
+    ``torch.export`` and compiles with ``torch.compile``.
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            "tvm_rtask.models.torch_model needs PyTorch: pip install 'tvm-rtask[torch]'"
+        ) from err
+    from .torch_twin import example_inputs, twin
+
+    model = onnx_model(name, batch=batch, reduced=reduced, seed=seed, **overrides)
+    return twin(model), example_inputs(model, sample_inputs(model, seed=seed + 1))
