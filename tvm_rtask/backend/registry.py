@@ -30,9 +30,18 @@ def supported_kinds() -> list[str]:
     return sorted(_REGISTRY)
 
 
+# The target string for the CPU that compiles: ``{"kind": "llvm", "mcpu": "native"}``, which
+# the CPU backend resolves to the host CPU's name (``backend/cpu/host.py``). Plain ``"llvm"``
+# stays portable (no mcpu: generic x86-64, SSE2).
+NATIVE_LLVM = "llvm-native"
+
+
 def as_target(target) -> Target:
     """A Target from a string, a dict or a Target (bare ``"cuda"`` means sm_90, with an llvm
-    host: a bare ``Target("cuda")`` defaults to sm_50, which CUDA 13 cannot build)."""
+    host: a bare ``Target("cuda")`` defaults to sm_50, which CUDA 13 cannot build;
+    ``"llvm-native"`` means llvm for this machine's CPU). A backend with a
+    ``resolve_target`` hook then makes the target concrete (the CPU backend replaces
+    ``mcpu: "native"`` by the host CPU's name)."""
     if isinstance(target, Target):
         result = target
     elif isinstance(target, dict):
@@ -40,6 +49,8 @@ def as_target(target) -> Target:
     elif isinstance(target, str):
         if target in ("llvm", "c"):
             result = Target({"kind": target})
+        elif target == NATIVE_LLVM:
+            result = Target({"kind": "llvm", "mcpu": "native"})
         elif target == "cuda":
             result = Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
         else:
@@ -56,7 +67,8 @@ def as_target(target) -> Target:
         )
     if result.host is None and _REGISTRY[kind].needs_host:
         result = Target(result.export(), host="llvm")
-    return result
+    resolve = getattr(_REGISTRY[kind], "resolve_target", None)
+    return result if resolve is None else resolve(result)
 
 
 def get_backend(target) -> Backend:

@@ -9,8 +9,12 @@ and ``metadata.json`` (the ``tvmc`` package form).
 truncated library maps pages past the end of the file and the process dies of SIGBUS on the
 first touch (exit 135, nothing printed), and a truncated ``.tar`` fails deep in
 :mod:`tarfile`. Here the ELF header must be whole, every table and loadable segment it points
-to must lie inside the file, a ``.tar`` must read to its end, and the metadata must describe
-a target tvm-rtask runs; each failure is a :class:`CLIError` of one line.
+to must lie inside the file, a ``.tar`` must read to its end, the metadata must describe
+a target tvm-rtask runs, and an llvm artifact's instruction-set features (``cpu_features``,
+recorded at compile time) must all be this machine's (:func:`cpu_problem`); each failure is a
+:class:`CLIError` of one line, raised before TVM loads the module. (A ``.so``'s embedded
+metadata is read with ``dlopen``, which runs none of the model's code; a ``.tar``'s is read
+from ``metadata.json``.)
 """
 
 from __future__ import annotations
@@ -222,6 +226,9 @@ def _metadata_problem(meta: dict) -> str | None:
     threads = meta.get("threads")
     if not _is_int(threads) or threads < 1:
         return f"threads {threads!r} is not a positive integer"
+    features = meta.get("cpu_features", [])
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        return f"cpu_features {features!r} is not a list of names"
     inputs = meta.get("inputs")
     if not isinstance(inputs, list):
         return "'inputs' is not a list"
@@ -251,6 +258,46 @@ def check_metadata(meta: Any, where: str) -> dict | None:
     if problem is not None:
         raise CLIError(f"{where}: damaged artifact metadata ({problem})")
     return meta
+
+
+def _required_features(meta: dict) -> list[str]:
+    """The instruction-set features an llvm artifact's code may use: its ``cpu_features``,
+    else (an artifact written before they were recorded) those of its ``target_full``."""
+    if "cpu_features" in meta:
+        return list(meta["cpu_features"])
+    try:
+        from tvm.target import Target
+
+        from ..backend.cpu.host import target_isa_features
+
+        return target_isa_features(Target(json.loads(meta.get("target_full", ""))))
+    except Exception:  # no readable target: nothing to check
+        return []
+
+
+def cpu_problem(meta: dict | None) -> str | None:
+    """Why this machine's CPU cannot run an artifact (a phrase), or None: an llvm artifact
+    built for a CPU whose instructions this one lacks would die of SIGILL mid-run."""
+    if meta is None or meta.get("target") != "llvm":
+        return None
+    from ..backend.cpu.host import host_cpu_name, missing_host_features
+
+    missing = missing_host_features(_required_features(meta))
+    if not missing:
+        return None
+    built_for = meta.get("mcpu") or "a CPU named by its attributes"
+    return (
+        f"was compiled for CPU {built_for} and uses {', '.join(missing)}, which this "
+        f"machine's CPU ({host_cpu_name()}) lacks; compile it here (--target llvm-native) "
+        "or for a CPU both have (--target llvm runs on any x86-64)"
+    )
+
+
+def check_host_cpu(meta: dict | None, where: str) -> None:
+    """A one-line :class:`CLIError` when this machine's CPU cannot run the artifact."""
+    problem = cpu_problem(meta)
+    if problem is not None:
+        raise CLIError(f"{where} {problem}")
 
 
 def read_embedded_metadata(lib_path: str) -> dict | str | None:
@@ -345,7 +392,9 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
         meta = read_embedded_metadata(path)
         if isinstance(meta, str):
             raise CLIError(f"{path!r}: its embedded metadata is not JSON ({meta})")
-        return Artifact(os.path.abspath(path), check_metadata(meta, repr(path)))
+        meta = check_metadata(meta, repr(path))
+        check_host_cpu(meta, repr(path))
+        return Artifact(os.path.abspath(path), meta)
     if not (path.lower().endswith(".tar") or tarfile.is_tarfile(path)):
         raise CLIError(f"{path!r} is neither a shared library nor a .tar package")
     tmp = tempfile.TemporaryDirectory(prefix="tvm-rtask-run-")
@@ -361,4 +410,6 @@ def load_artifact(path: str | os.PathLike) -> Artifact:
             meta = json.loads(meta_text)
         except ValueError as err:
             raise CLIError(f"{path!r}: {TAR_META} is not valid JSON ({err})") from None
-    return Artifact(lib, check_metadata(meta, repr(path)), tmp)
+    meta = check_metadata(meta, repr(path))
+    check_host_cpu(meta, repr(path))
+    return Artifact(lib, meta, tmp)

@@ -217,6 +217,7 @@ def compile_model(
     threads = num_threads() if kind == "llvm" else 1
     if kind == "llvm" and options.get("num_veu"):
         threads = max(threads, int(options["num_veu"]))
+    cpu = cpu_metadata(tvm_target) if kind == "llvm" else {}
     meta = {
         "format": META_FORMAT,
         "version": META_VERSION,
@@ -224,6 +225,7 @@ def compile_model(
         "source": model.source,
         "target": kind,
         "target_full": str(tvm_target),
+        **cpu,
         "device": "cuda" if kind == "cuda" else "cpu",
         "pass": "rtask" if use_rtask else "none",
         "options": {k: v for k, v in options.items() if _jsonable(v)},
@@ -234,6 +236,16 @@ def compile_model(
         "tvm": tvm.__version__,
     }
     return ex, meta
+
+
+def cpu_metadata(target) -> dict:
+    """What an llvm artifact says about the CPU it needs: ``mcpu`` (None: any CPU of the
+    architecture) and ``cpu_features``, the instruction-set extensions its code may use,
+    which ``run`` checks against the host's before it loads the library."""
+    from ..backend.cpu.host import target_isa_features
+
+    mcpu = str(target.attrs.get("mcpu", "") or "") or None
+    return {"mcpu": mcpu, "cpu_features": target_isa_features(target)}
 
 
 def _jsonable(value) -> bool:

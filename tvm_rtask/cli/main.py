@@ -37,6 +37,10 @@ PROG = "tvm-rtask"
 # Where ``tvm-rtask bench`` writes unless --out-dir says otherwise: the current directory,
 # never the source tree the harness comes from.
 DEFAULT_BENCH_DIR = "tvm-rtask-bench"
+# Compile for the CPU of the machine that compiles (``llvm-native``: mcpu = the host CPU's
+# name, recorded in the artifact, which then refuses to run on a CPU that lacks its
+# instructions); ``--target llvm`` builds portable, SSE2-only code.
+DEFAULT_TARGET = "llvm-native"
 
 
 # -- arguments ------------------------------------------------------------------------------------
@@ -52,7 +56,12 @@ def _model_args(p: argparse.ArgumentParser) -> None:
         metavar="SHAPES",
         help="static shapes of an ONNX model's inputs, e.g. 'data:[1,3,224,224]'",
     )
-    p.add_argument("--target", default="llvm", help="llvm (default), cuda, or a JSON target")
+    p.add_argument(
+        "--target",
+        default=DEFAULT_TARGET,
+        help=f"{DEFAULT_TARGET} (default: llvm for this machine's CPU), llvm (any x86-64: SSE2), "
+        "cuda, or a JSON target",
+    )
 
 
 def _option_args(p: argparse.ArgumentParser, policy: bool = True) -> None:

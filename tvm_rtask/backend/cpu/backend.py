@@ -11,6 +11,7 @@ from ...core import RKernel, VDevice, cpu_spec
 from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
 from ..base import Backend, ProgramIO, load_tuned
+from . import host
 from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher
 from .rkernel import make_cpu_rkernel
 from .threads import cpu_model_name
@@ -97,6 +98,12 @@ class CPUBackend(Backend):
 
     def device(self):
         return tvm.cpu(0)
+
+    @staticmethod
+    def resolve_target(target: Target) -> Target:
+        """``mcpu: "native"`` made the host CPU's name before anything plans
+        (``host.resolve_target``; ``registry.as_target`` calls it)."""
+        return host.resolve_target(target)
 
     def host_fingerprint(self) -> str:
         return f"{cpu_model_name()}/{os.cpu_count()}"

@@ -20,19 +20,6 @@ from ....tir.common import root_children
 # float32 lanes when the target names no CPU (the brief's AVX2 assumption; plain ``llvm``
 # actually emits SSE2, so an 8-lane vector becomes two 4-lane instructions).
 DEFAULT_LANES = 8
-_AVX512_CPUS = (
-    "avx512",
-    "skylake",
-    "cascadelake",
-    "cooperlake",
-    "icelake",
-    "tigerlake",
-    "sapphirerapids",
-    "emeraldrapids",
-    "graniterapids",
-    "znver4",
-    "znver5",
-)
 
 
 class CPUScheduleRule(ScheduleRule):
@@ -43,18 +30,27 @@ class CPUScheduleRule(ScheduleRule):
 
 
 def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
-    """float32 lanes of one vector register: from ``mcpu`` / ``mattr`` when the target names
-    them, else :data:`DEFAULT_LANES`. (``tvm.target.codegen.llvm_get_vector_width`` answers
-    512 for every x86 target in TVM 0.27, ``haswell`` included, so it is not used.)"""
+    """Lanes of one vector register for ``dtype_bits``-bit elements: from the instruction
+    sets LLVM gives the target's ``mcpu`` / ``mattr`` (AVX-512: 512 bits, AVX: 256, SSE /
+    NEON: 128), else :data:`DEFAULT_LANES` when the target names neither.
+    (``tvm.target.codegen.llvm_get_vector_width`` answers 512 for every x86 target in TVM
+    0.27, ``haswell`` included, so it is not used.)"""
     attrs = target.attrs if target is not None else {}
-    mcpu = str(attrs.get("mcpu", "") or "").lower()
-    mattr = " ".join(str(a) for a in (attrs.get("mattr", None) or [])).lower()
-    bits = 0
-    if "avx512" in mattr or (mcpu and any(name in mcpu for name in _AVX512_CPUS)):
+    if not attrs.get("mcpu", None) and not list(attrs.get("mattr", None) or []):
+        return DEFAULT_LANES
+    from tvm.target import codegen
+
+    try:
+        features = {str(f) for f in codegen.llvm_get_cpu_features(target)}
+    except Exception:  # an LLVM without this target's architecture
+        return DEFAULT_LANES
+    if "avx512f" in features:
         bits = 512
-    elif "avx" in mattr or mcpu:
+    elif "avx" in features:
         bits = 256
-    if not bits:
+    elif features & {"sse", "neon", "altivec", "simd128", "v"}:
+        bits = 128
+    else:
         return DEFAULT_LANES
     return max(bits // dtype_bits, 1)
 
