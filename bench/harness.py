@@ -44,11 +44,16 @@ Configurations (``--configs`` picks any of them by name)
 ``wavefront_global``               tvm-rtask, wavefront, global barriers (llvm default set only)
 ``ios``, ``opara``, ...            tvm-rtask, every other policy (cuda default set: ``ios`` only)
 ``onnxruntime``                    ONNX Runtime (CPU; with ``--gpu`` the CUDA provider, if any)
-``torch_eager``                    PyTorch eager of the ONNX model through onnx2torch
+``torch_eager``                    PyTorch eager: the zoo model's twin (same ONNX graph, weights)
 ``torch_compile``                  ``torch.compile`` of the same (default mode)
-``torch_compile_max_autotune``     ``mode="max-autotune-no-cudagraphs"`` (cuda only)
+``torch_compile_max_autotune``     ``mode="max-autotune-no-cudagraphs"`` (llvm: opt-in)
 ``torch_compile_reduce_overhead``  ``mode="reduce-overhead"`` (CUDA graphs; cuda only)
 =================================  =================================================================
+
+The PyTorch peers run the zoo model's twin (``tvm_rtask.models.torch_twin``: a
+``torch.nn.Module`` made from the very ONNX graph and weights the TVM configurations compile;
+``torch_source`` in the record); a model from outside the zoo goes through onnx2torch, and is
+``skipped`` with the reason where onnx2torch is missing or cannot convert it.
 
 Every TVM and tvm-rtask configuration is checked against ``tvm_default``'s output (relative
 error < ``--tolerance``, 1e-4) before it is timed, the peers against the same reference with
@@ -167,14 +172,16 @@ def all_configurations(target_kind: str) -> list[dict]:
         {"name": "onnxruntime", "kind": "peer"},
         {"name": "torch_eager", "kind": "peer", "torch_mode": "eager"},
         {"name": "torch_compile", "kind": "peer", "torch_mode": "default"},
+        # On the CPU, opt-in (--configs): Inductor's autotuning takes minutes per model.
+        {
+            "name": "torch_compile_max_autotune",
+            "kind": "peer",
+            "torch_mode": "max-autotune-no-cudagraphs",
+            "default": gpu,
+        },
     ]
     if gpu:
         configs += [
-            {
-                "name": "torch_compile_max_autotune",
-                "kind": "peer",
-                "torch_mode": "max-autotune-no-cudagraphs",
-            },
             {
                 "name": "torch_compile_reduce_overhead",
                 "kind": "peer",
@@ -588,14 +595,36 @@ def _onnxruntime_runner(ctx: ModelContext, entry: dict):
     return (lambda: session.run(None, ctx.inputs)), None
 
 
+def _torch_module(ctx: ModelContext, entry: dict):
+    """The PyTorch module a peer runs: for a zoo model its twin (the same ONNX graph and
+    weights, ``tvm_rtask.models.torch_twin``), else onnx2torch's conversion of the ONNX model;
+    a peer that cannot have one is skipped with the reason."""
+    import tvm_rtask.models as zoo
+
+    if ctx.spec["model"] in zoo.names():
+        from tvm_rtask.models.torch_twin import twin
+
+        entry["torch_source"] = "twin"
+        return twin(ctx.model)
+    import importlib.util
+
+    if importlib.util.find_spec("onnx2torch") is None:
+        raise _Skip("onnx2torch not installed")
+    from onnx2torch import convert
+
+    entry["torch_source"] = "onnx2torch"
+    try:
+        return convert(ctx.model).eval()
+    except Exception as err:
+        raise _Skip(f"onnx2torch cannot convert the model: {one_line(err)}") from err
+
+
 def _torch_runner(config: dict, ctx: ModelContext, entry: dict):
     import importlib.util
 
-    for needed in ("torch", "onnx2torch"):
-        if importlib.util.find_spec(needed) is None:
-            raise _Skip(f"{needed} not installed")
+    if importlib.util.find_spec("torch") is None:
+        raise _Skip("torch not installed")
     import torch
-    from onnx2torch import convert
 
     if ctx.gpu and not torch.cuda.is_available():
         raise _Skip("torch sees no CUDA device")
@@ -606,7 +635,7 @@ def _torch_runner(config: dict, ctx: ModelContext, entry: dict):
     device = "cuda" if ctx.gpu else "cpu"
     mode = config["torch_mode"]
     start = time.perf_counter()
-    module = convert(ctx.model).eval().to(device)
+    module = _torch_module(ctx, entry).to(device)
     if mode != "eager":
         module = torch.compile(module, mode=None if mode == "default" else mode)
     args = [torch.from_numpy(np.ascontiguousarray(v)).to(device) for v in ctx.inputs.values()]

@@ -133,6 +133,34 @@ def test_tvm_configurations_are_checked_timed_and_cached(tmp_path):
     assert "| lstm_tc (reduced) | 1 |" in (tmp_path / "r.md").read_text()
 
 
+def test_pytorch_peer_runs_the_zoo_models_twin_checked_against_tvm(tmp_path):
+    pytest.importorskip("torch", reason="the PyTorch peers need torch (tvm-rtask[torch])")
+    run = _harness(tmp_path, "--configs", "tvm_default", "torch_eager")
+    assert run.returncode == 0, run.stdout + run.stderr
+    rec = _results(tmp_path / "r.jsonl")["torch_eager"]
+    assert rec["torch_source"] == "twin" and rec["reference"] == "tvm_default"
+    assert rec["rel_error"] < 1e-4 and rec["median_ms"] > 0 and rec["compile_s"] > 0
+
+
+def test_a_model_outside_the_zoo_goes_through_onnx2torch_or_says_why_not():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    ctx = type("Ctx", (), {"spec": {"model": "not_in_the_zoo"}, "model": helper.make_model(graph)})
+    entry = {}
+    try:
+        harness._torch_module(ctx, entry)
+    except harness._Skip as why:
+        assert str(why) == "onnx2torch not installed", why
+    else:
+        assert entry["torch_source"] == "onnx2torch"
+
+
 def test_configurations_cover_the_baselines():
     names = [c["name"] for c in harness.configurations("llvm")]
     assert names[:4] == ["tvm_default", "sequential", "wavefront_fine", "wavefront_global"]
@@ -141,6 +169,8 @@ def test_configurations_cover_the_baselines():
     cuda = [c["name"] for c in harness.configurations("cuda")]
     assert cuda[:5] == ["tvm_default", "tvm_cuda_graph", "sequential", "wavefront_fine", "ios"]
     assert {"torch_compile_max_autotune", "torch_compile_reduce_overhead"} <= set(cuda)
+    every_llvm = [c["name"] for c in harness.all_configurations("llvm")]
+    assert "torch_compile_max_autotune" in every_llvm and "torch_compile_max_autotune" not in names
     with pytest.raises(ValueError, match="unknown configuration"):
         harness.configurations("llvm", ["nope"])
 

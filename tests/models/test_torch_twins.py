@@ -127,10 +127,11 @@ def _check_tvm(name: str, overrides: dict) -> None:
     assert_outputs_match(run_executable(ex, inputs), expected, name)
 
 
-def test_twin_compiles_without_graph_breaks():
+@pytest.mark.parametrize("name", ["bert_layer", "deepspeech2", "squeezenet"])
+def test_twin_compiles_without_graph_breaks(name):
     """``torch.compile(fullgraph=True)`` refuses a graph break: the whole forward is one
     graph (``aot_eager``: Dynamo and AOTAutograd without Inductor's C++ build)."""
-    net, args = zoo.torch_model("bert_layer", reduced=True)
+    net, args = zoo.torch_model(name, reduced=True)
     compiled = torch.compile(net, backend="aot_eager", fullgraph=True)
     with torch.no_grad():
         assert_outputs_match(_torch_outputs(compiled, args), _torch_outputs(net, args), "aot")
