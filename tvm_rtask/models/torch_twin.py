@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from onnx import helper, numpy_helper
+from onnx import AttributeProto, ModelProto, helper, numpy_helper
 
 from ..errors import OptionError, UnsupportedOperator
 
@@ -261,7 +261,7 @@ def _python_value(array: np.ndarray) -> Any:
     return array.item() if array.ndim == 0 else tuple(array.reshape(-1).tolist())
 
 
-def _attribute_value(attr) -> Any:
+def _attribute_value(attr: AttributeProto) -> Any:
     value = helper.get_attribute_value(attr)
     if isinstance(value, bytes):
         return value.decode()
@@ -287,7 +287,7 @@ class TorchTwin(torch.nn.Module):
     there are several). Nodes are checked when the twin is made, not when it runs.
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model: ModelProto) -> None:
         super().__init__()
         graph = model.graph
         _check_opset(model)
@@ -336,7 +336,7 @@ class TorchTwin(torch.nn.Module):
         return results[0] if len(results) == 1 else results
 
 
-def _check_opset(model) -> None:
+def _check_opset(model: ModelProto) -> None:
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx") and opset.version not in OPSETS:
             raise OptionError(
@@ -379,12 +379,12 @@ def _step(node, arrays: dict[str, np.ndarray]) -> _Step:
     return _Step(op.fn, tuple(inputs), tuple(values), attrs, tuple(node.output))
 
 
-def twin(model) -> TorchTwin:
+def twin(model: ModelProto) -> TorchTwin:
     """The eval-mode PyTorch twin of an ONNX model of the zoo (any ``GraphBuilder`` model)."""
     return TorchTwin(model).eval()
 
 
-def example_inputs(model, inputs: dict[str, np.ndarray]) -> tuple[Tensor, ...]:
+def example_inputs(model: ModelProto, inputs: dict[str, np.ndarray]) -> tuple[Tensor, ...]:
     """Named numpy inputs (:func:`tvm_rtask.models.sample_inputs`) as the twin's arguments."""
     names = [i.name for i in model.graph.input if i.name in inputs]
     return tuple(torch.from_numpy(np.ascontiguousarray(inputs[n])) for n in names)
