@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import OptionError
 
-BARRIERS = ("fine", "global")
+BARRIERS = ("fine", "global", "counter")
 FUSIONS = ("fuseops", "stitch", "none")
 COST_MODELS = ("analytical",)
 # Options that travel outside PassContext config keys (a dict and an object).
@@ -28,7 +28,7 @@ class RTaskOptions:
     """Everything a user can set; see README for what each changes."""
 
     policy: str = "wavefront"
-    barrier: str = "fine"
+    barrier: str | None = None  # None: the backend's default (llvm: fine, CUDA: counter)
     num_veu: int | None = None  # None: the device's capacity (CPU: worker threads)
     rtasks_per_veu: int | None = None  # rTasks per vEU an operator is cut into (CPU: 2)
     fusion: str = "fuseops"
@@ -40,6 +40,7 @@ class RTaskOptions:
     verify_occupancy: bool | None = None  # CUDA: ptxas -v registers must fit all vEUs at once
     cooperative_launch: bool | None = None  # CUDA: the driver refuses a non-co-resident grid
     cpu_rules: bool | None = None  # llvm: tvm-rtask's schedule rules (convolution); default on
+    cuda_rules: bool | None = None  # CUDA: tvm-rtask's schedule rules (convolution); default on
     max_ops_per_program: int | None = None  # rProgram cap (None: the backend's default)
     max_kernels_per_program: int | None = None  # distinct kernels (None: backend default)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
@@ -55,7 +56,7 @@ class RTaskOptions:
             raise OptionError(
                 f"unknown policy {self.policy!r}; choose one of {', '.join(policy_names())}"
             )
-        if self.barrier not in BARRIERS:
+        if self.barrier is not None and self.barrier not in BARRIERS:
             raise OptionError(f"barrier must be one of {BARRIERS}, not {self.barrier!r}")
         if self.fusion not in FUSIONS:
             raise OptionError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
@@ -81,6 +82,7 @@ class RTaskOptions:
             "cooperative_launch",
             "ios_merge",
             "cpu_rules",
+            "cuda_rules",
         ):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):

@@ -31,6 +31,12 @@ def test_global_barrier_on_cuda_is_refused_not_ignored():
     plan_options({"barrier": "global"}, None, as_target("llvm"))  # llvm implements it
 
 
+def test_dependency_counters_on_llvm_are_refused_not_ignored():
+    with pytest.raises(OptionError, match="barrier='counter'.*CUDA only"):
+        plan_options({"barrier": "counter"}, None, as_target("llvm"))
+    plan_options({"barrier": "counter"}, None, as_target("cuda"))
+
+
 @pytest.mark.parametrize("key, value", [("cuda_threads", 128), ("check_status", True)])
 def test_cuda_options_on_llvm_are_refused(key, value):
     with pytest.raises(OptionError, match=f"{key} applies to CUDA targets only"):

@@ -3,7 +3,7 @@
 For the light models (sm_90; sm_80 for the two smallest, the others slow) and every built-in
 architecture (reduced, sm_90; sm_80 and full sizes slow), the generated CUDA source must
 compile with ``nvcc -ptx``. Structural checks: one ``__global__`` kernel per launch in
-the plan, vEUs within occupancy capacity, the barrier count encoded in the task tables, and
+the plan, vEUs within occupancy capacity, the counter waits encoded in the task tables, and
 guards plus syncs where a task has fewer threads than its vEU.
 """
 
@@ -15,8 +15,9 @@ import pytest
 
 import tvm_rtask
 from tvm_rtask import models as zoo
-from tvm_rtask.backend.cuda.dispatch import WAIT, program_table
+from tvm_rtask.backend.cuda.dispatch import WAIT, counter_table, operator_index
 from tvm_rtask.core import OrdinaryCall
+from tvm_rtask.core.counters import counter_stats
 from tvm_rtask.errors import CapacityError
 from tvm_rtask.testing.onnx_light import load_light_model
 
@@ -93,13 +94,16 @@ def _check(model, arch, tmp_path):
     # the vEUs per SM the plan counts on are what ptxas must keep registers for
     bound = f"__launch_bounds__({plan.vdevice.threads}, {plan.vdevice.blocks_per_sm})"
     assert bound in source
-    waits = 0
+    # dependency counters (the CUDA default): one WAIT entry per counter wait of the scripts
+    waits = expected = 0
     for program in plan.programs():
-        table, pairs = program_table(program, {op: i for i, op in enumerate(program.ops())})
+        funcs = {op: plan.graph.op(op).func for op in program.ops()}
+        table, _ = counter_table(program, plan.graph, operator_index(program.ops(), funcs))
         waits += int((table[..., 0] == WAIT).sum())
-    assert waits == report["barriers"]
-    if report["barriers"]:
-        assert "tvm_rtask_wait" in source and "__syncthreads()" in source
+        expected += counter_stats(program, plan.graph)["counter_waits"]
+    assert waits == expected
+    if waits:
+        assert "tvm_rtask_wait_count(" in source and "__syncthreads()" in source
     if NVCC:
         _nvcc(source, arch, tmp_path)
     return plan, source

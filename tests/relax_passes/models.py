@@ -16,3 +16,22 @@ class TwoBranches:
             c = R.add(R.nn.relu(a), b)
             R.output(c)
         return c
+
+
+@tvm.script.ir_module
+class SharedKernels:
+    """Three convolutions of one shape (one PrimFunc) on different tensors, then a join."""
+
+    @R.function
+    def main(
+        x: R.Tensor((1, 4, 8, 8), "float32"),
+        w1: R.Tensor((4, 4, 3, 3), "float32"),
+        w2: R.Tensor((4, 4, 3, 3), "float32"),
+    ):
+        with R.dataflow():
+            a = R.nn.relu(R.nn.conv2d(x, w1, padding=1))
+            b = R.nn.relu(R.nn.conv2d(x, w2, padding=1))
+            c = R.nn.relu(R.nn.conv2d(a, w1, padding=1))
+            d = R.add(b, c)
+            R.output(d)
+        return d

@@ -51,6 +51,10 @@ class Backend:
         """Raise OptionError for an option that does not apply to this target."""
         raise NotImplementedError
 
+    def barrier(self, options: RTaskOptions) -> str:
+        """How the rPrograms' waits are implemented, ``options.barrier`` or the default."""
+        return options.barrier or "fine"
+
     def device_spec(self, options: RTaskOptions) -> DeviceSpec:
         """The device table entry that scores plans and fusion patterns for this target."""
         raise NotImplementedError

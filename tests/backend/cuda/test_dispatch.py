@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tests.relax_passes.models import TwoBranches
-from tvm_rtask.backend.cuda.dispatch import ENTRY_WORDS, RUN, SIGNAL, WAIT, program_table
+import tvm_rtask
+from tests.relax_passes.models import SharedKernels, TwoBranches
+from tvm_rtask.backend.cuda.dispatch import (
+    ARRIVE,
+    ENTRY_WORDS,
+    RUN,
+    SIGNAL,
+    WAIT,
+    counter_table,
+    operator_index,
+    program_table,
+)
 from tvm_rtask.core import Plan
+from tvm_rtask.core.counters import task_counts
+from tvm_rtask.errors import OptionError
 from tvm_rtask.relax_passes import PLAN_ATTR, LowerRPrograms, PlanRPrograms, RTaskPrepare
 
 
@@ -37,6 +51,85 @@ def test_the_task_table_covers_every_rtask_once(lowered):
                 range(plan.graph.op(op).kernel(program.kernel_of(op)).num_rtasks)
             )
         assert pairs.ndim == 2 and pairs.shape[1] == 2
+
+
+def _plan_and_lower(model, **options):
+    prepared = RTaskPrepare(None, "cuda")(model)
+    planned = PlanRPrograms("cuda", num_veu=8, verify_occupancy=False, **options)(prepared)
+    return LowerRPrograms()(planned), Plan.from_json(str(planned.attrs[PLAN_ATTR]))
+
+
+def _index(plan, program):
+    return operator_index(program.ops(), {op: plan.graph.op(op).func for op in program.ops()})
+
+
+@pytest.mark.parametrize("model", [TwoBranches, SharedKernels])
+def test_the_counter_table_runs_every_rtask_once_and_counts_what_is_awaited(model):
+    _, plan = _plan_and_lower(model)
+    for program in plan.programs():
+        index = _index(plan, program)
+        table, pairs = counter_table(program, plan.graph, index)
+        total = task_counts(program)
+        ran: dict[int, list[int]] = {}
+        arrived: dict[int, int] = {}
+        waited: set[int] = set()
+        for row in table:
+            for kind, a, b, c, d in row:
+                assert kind in (0, RUN, WAIT, ARRIVE)
+                if kind == RUN:
+                    ran.setdefault(a, []).extend(b + d * i for i in range(c))
+                elif kind == ARRIVE:
+                    arrived[a] = arrived.get(a, 0) + b
+                elif kind == WAIT:
+                    for op, count in pairs[a : a + b]:
+                        waited.add(int(op))
+                        assert count == total[program.ops()[0]] or count in total.values()
+        by_index = {i: op for op, i in index.items()}
+        for i, tasks in ran.items():
+            assert sorted(tasks) == list(range(total[by_index[i]]))
+        assert len(ran) == len(index)
+        # an operator that someone waits for is counted in full, others not at all
+        assert {i: arrived[i] for i in waited} == {i: total[by_index[i]] for i in waited}
+        assert set(arrived) == waited
+
+
+def _run_loops(func) -> int:
+    loops = []
+
+    def visit(node):
+        if isinstance(node, tirx.For) and node.loop_var.name == "run":
+            loops.append(node)
+
+    tvm_ffi.structural_walk(func.body, visit)
+    return len(loops)
+
+
+def _helpers_called(func) -> set[str]:
+    """Names of the device helpers the persistent kernel calls."""
+    return set(re.findall(r'func_call\("(tvm_rtask_\w+)"', func.script()))
+
+
+def test_operators_with_one_rkernel_share_one_body():
+    mod, plan = _plan_and_lower(SharedKernels)
+    (program,) = plan.programs()
+    funcs = {plan.graph.op(op).func for op in program.ops()}
+    assert len(program.ops()) == 4 and len(funcs) == 2  # three convolutions, one add
+    func = mod["rprogram_0"]
+    assert _run_loops(func) == 2  # one rKernel body per distinct kernel, not per operator
+    called = _helpers_called(func)
+    assert {"tvm_rtask_ptr", "tvm_rtask_wait_count", "tvm_rtask_arrive"} <= called
+    assert {"tvm_rtask_finish_epoch", "tvm_rtask_epoch"} <= called
+    assert not called & {"tvm_rtask_wait", "tvm_rtask_signal", "tvm_rtask_finish"}
+
+
+def test_step_arrays_stay_available_and_global_barriers_are_refused():
+    mod, plan = _plan_and_lower(SharedKernels, barrier="fine")
+    called = _helpers_called(mod["rprogram_0"])
+    assert {"tvm_rtask_wait", "tvm_rtask_signal", "tvm_rtask_finish"} <= called
+    assert not called & {"tvm_rtask_wait_count", "tvm_rtask_arrive", "tvm_rtask_epoch"}
+    assert _run_loops(mod["rprogram_0"]) == 2
+    with pytest.raises(OptionError, match="barrier='global' is not implemented on CUDA"):
+        tvm_rtask.plan(SharedKernels, "cuda", barrier="global", verify_occupancy=False)
 
 
 def test_persistent_kernels_index_in_int32_with_one_body_per_operator(lowered):

@@ -128,6 +128,11 @@ class CPUBackend(Backend):
     def program_limits(self, options) -> dict[str, int]:
         cap = options.max_ops_per_program
         kernels = options.max_kernels_per_program
+        if options.barrier == "counter":
+            raise OptionError(
+                "barrier='counter' (dependency counters) is implemented on CUDA only; on llvm "
+                "use barrier='fine' (step arrays, the default) or 'global'"
+            )
         return {
             "max_ops_per_program": MAX_OPS_PER_PROGRAM if cap is None else cap,
             "max_kernels_per_program": 0 if kernels is None else kernels,
@@ -189,12 +194,13 @@ class CPUBackend(Backend):
             calls=calls,
             num_veu=program.num_veu,
         )
-        if options.barrier == "fine":
+        barrier = self.barrier(options)
+        if barrier == "fine":
             code.scripts = scripts_from_program(program)
         else:
             code.waves = waves_from_program(program)
         timeout_us = options.spin_timeout_ms * 1000
-        func = build_cpu_dispatcher(code, barrier=options.barrier, timeout_us=timeout_us)
+        func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us)
         return func, [], [t.name for t in io.outputs]
 
     def build(self, lowered, plan, options):

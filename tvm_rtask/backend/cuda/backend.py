@@ -10,10 +10,19 @@ from tvm import relax
 from tvm.target import Target
 
 from ...core import RKernel, VDevice, get_spec
+from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import OptionError, UnsupportedOperator
 from ..base import Backend, ProgramIO, load_tuned
-from .dispatch import CUDAProgramCode, build_cuda_dispatcher, program_table, sync_words
+from .dispatch import (
+    CUDAProgramCode,
+    build_cuda_dispatcher,
+    counter_table,
+    operator_index,
+    program_table,
+    sync_words,
+)
 from .rkernel import CUDARKernel, make_cuda_rkernel, schedule_for_cuda, schedule_serial_reduction
+from .rules import rules_enabled
 
 RKERNEL_SUFFIX = "_rkernel"
 ARCH_SPECS = {"sm_70": "v100", "sm_80": "a100", "sm_90": "h100"}
@@ -56,6 +65,7 @@ class CUDAOptions:
     verify_occupancy: bool
     cooperative_launch: bool
     rtasks_per_veu: int  # an operator with more thread blocks is coarsened to this many
+    rules: bool  # tvm-rtask's CUDA schedule rules before dlight's (option cuda_rules)
 
     @classmethod
     def parse(cls, options, target: Target) -> CUDAOptions:
@@ -67,6 +77,7 @@ class CUDAOptions:
             verify_occupancy=True if options.verify_occupancy is None else options.verify_occupancy,
             cooperative_launch=bool(options.cooperative_launch),
             rtasks_per_veu=options.rtasks_per_veu or RTASKS_PER_VEU,
+            rules=rules_enabled() if options.cuda_rules is None else options.cuda_rules,
         )
 
 
@@ -86,11 +97,12 @@ def _apply_tuned(mod: tvm.IRModule, tuned) -> tvm.IRModule:
     return mod
 
 
-def _schedule_all(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
-    """dlight's default GPU schedules for every PrimFunc (ordinary calls need them too)."""
+def _schedule_all(mod: tvm.IRModule, target: Target, rules: bool) -> tvm.IRModule:
+    """The CUDA rules' or dlight's schedule for every PrimFunc (ordinary calls need them
+    too)."""
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, tvm.tirx.PrimFunc):
-            mod[gvar] = schedule_for_cuda(func, target)
+            mod[gvar] = schedule_for_cuda(func, target, rules=rules)
     return mod
 
 
@@ -139,13 +151,16 @@ class CUDABackend(Backend):
     def check_options(self, options) -> None:
         if options.cpu_rules is not None:
             raise OptionError("option cpu_rules applies to llvm targets only, not to cuda")
-        if options.barrier != "fine":
+        if options.barrier == "global":
             raise OptionError(
-                f"barrier={options.barrier!r} is not implemented on CUDA (it is llvm's parallel "
-                "barrier); use barrier='fine', or policy='wavefront_global' for a barrier "
-                "between waves"
+                "barrier='global' is not implemented on CUDA (it is llvm's parallel barrier); "
+                "use barrier='counter' (dependency counters, the default) or 'fine' (step "
+                "arrays), or policy='wavefront_global' for a barrier between waves"
             )
         get_spec(CUDAOptions.parse(options, self.target).device)  # an unknown name raises
+
+    def barrier(self, options) -> str:
+        return options.barrier or "counter"
 
     def device_spec(self, options):
         return get_spec(CUDAOptions.parse(options, self.target).device)
@@ -172,7 +187,7 @@ class CUDABackend(Backend):
         tuned = load_tuned(options.db, "cuda")
         if tuned is not None:
             mod = _apply_tuned(mod, tuned)
-        mod = _schedule_all(mod, schedule_target(self.target, cuda.threads))
+        mod = _schedule_all(mod, schedule_target(self.target, cuda.threads), cuda.rules)
         spec = get_spec(cuda.device)
         num_veu = options.num_veu  # None: every co-resident vEU (VDevice.cuda)
         # one rTask per thread block of the source kernel, up to rtasks_per_veu per vEU
@@ -244,7 +259,9 @@ class CUDABackend(Backend):
         """The persistent kernel: workspaces are extra outputs (no device malloc inside a
         kernel); the task table, barrier pairs and sync words are constant inputs."""
         cuda = CUDAOptions.parse(options, self.target)
-        op_index = {op: i for i, op in enumerate(program.ops())}
+        # operators with the same scheduled PrimFunc share one rKernel body
+        body_of = {op: plan.graph.op(op).func for op in program.ops()}
+        op_index = operator_index(program.ops(), body_of)
         calls = {}
         for op_name in program.ops():
             op = plan.graph.op(op_name)
@@ -257,7 +274,15 @@ class CUDABackend(Backend):
                 False,
             )
             calls[op_name] = (kernel, [*op.inputs, *op.outputs])
-        table, pairs = program_table(program, op_index)
+        sync = "counters" if self.barrier(options) == "counter" else "steps"
+        if sync == "counters":
+            scripts = counter_scripts(program, plan.graph)
+            check_counter_scripts(program, plan.graph, scripts)
+            table, pairs = counter_table(program, plan.graph, op_index, scripts)
+            words = sync_words(program.num_veu, len(op_index))
+        else:
+            table, pairs = program_table(program, op_index)
+            words = sync_words(program.num_veu)
         code = CUDAProgramCode(
             inputs=list(io.inputs),
             outputs=[*io.outputs, *io.workspaces],
@@ -267,6 +292,8 @@ class CUDABackend(Backend):
             table=table,
             pairs=pairs,
             op_index=op_index,
+            sync=sync,
+            body_of=body_of,
         )
         func = build_cuda_dispatcher(
             code,
@@ -276,7 +303,7 @@ class CUDABackend(Backend):
         constants = [
             relax.const(table),
             relax.const(pairs),
-            relax.const(sync_words(program.num_veu)),
+            relax.const(words),
         ]
         return func, constants, [t.name for t in (*io.outputs, *io.workspaces)]
 

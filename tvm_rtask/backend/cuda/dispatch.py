@@ -1,21 +1,28 @@
 """The CUDA persistent dispatcher: one kernel launch per rProgram, driven by a task table.
 
-Grid = vEUs, block = the largest rTask's threads. Each operator's rKernel body appears once in
-the kernel, whatever the number of vEUs and rTasks: vEU ``bx`` walks its row of an int32
-table (a constant input of the kernel) and dispatches on the entry kind:
+Grid = vEUs, block = the largest rTask's threads. vEU ``bx`` walks its row of an int32 table
+(a constant input of the kernel) and dispatches on the entry kind:
 
 * ``RUN op start count step``: run rTasks ``start + step * i`` of operator ``op``, then
   ``__syncthreads`` (dependent tasks on one vEU need it; ThreadSync only tracks shared memory);
-* ``WAIT offset count``: the barrier's ``count`` (vEU, step) pairs sit at ``offset`` in a
-  pair list; the block's threads poll them in parallel (thread ``t`` takes pairs ``t``,
-  ``t + threads``, ...; bounded, with backoff), then ``__syncthreads``. A timeout records the
-  failure in the status words and lets every vEU drain instead of hanging;
-* ``SIGNAL count``: ``__syncthreads``, then thread 0 publishes ``step[bx] = count`` after a
-  ``__threadfence`` (release).
+* ``WAIT offset count``: ``count`` pairs at ``offset`` of a pair list; the block's threads poll
+  them in parallel (thread ``t`` takes pairs ``t``, ``t + threads``, ...; bounded, with
+  backoff), then ``__syncthreads``. A timeout records the failure in the status words and, by
+  default, traps;
+* with dependency counters (``sync="counters"``, ``core/counters.py``), a pair is ``(op,
+  count)``: wait until operator ``op``'s counter reaches ``(epoch + 1) * count``, and
+  ``ARRIVE op count`` adds ``count`` to it after a run (``__syncthreads``, a fence, one atomic
+  add by thread 0). Counters only grow, the epoch is read at the start and advanced by the
+  last vEU to finish, so nothing is reset and a CUDA graph can replay the kernel;
+* with step arrays (``sync="steps"``), a pair is ``(vEU, step)`` and ``SIGNAL count``
+  publishes ``step[bx] = count``; the last vEU to finish zeroes the steps.
 
-At the end the last vEU to finish zeroes the step counters, so the same kernel can be replayed,
-also under a CUDA graph. The sync words (steps, a finish counter, status) live in a constant
-input that persists across calls and starts at zero.
+Each distinct rKernel's body appears once in the kernel, whatever the number of operators
+that use it: operators with the same rKernel get contiguous indices, and the body reads its
+tensors through pointers chosen by the operator index (a chain of selects over the
+operators' tensors). Code size and nvcc time grow with distinct kernels, not operators.
+The sync words (counters or steps, a finish counter, the epoch, status) are a constant input
+that persists across calls.
 """
 
 from __future__ import annotations
@@ -25,16 +32,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm_ffi
 from tvm import s_tir, tirx
+from tvm.ir import PointerType, PrimType
 from tvm.ir.expr import StringImm
 
-from ...core import RProgram
+from ...core import RGraph, RProgram
+from ...core.counters import Arrive, CounterWait, counter_scripts, task_counts
 from ...core.script import Run, Signal, Wait, scripts_from_program
 from ...tir.common import tensor_buffer
 from .rkernel import CUDARKernel, guard_surplus_threads
 
-NOP, RUN, WAIT, SIGNAL = 0, 1, 2, 3
+NOP, RUN, WAIT, SIGNAL, ARRIVE = 0, 1, 2, 3, 4
 ENTRY_WORDS = 5
 STATUS_WORDS = 8
+SYNC_MODES = ("counters", "steps")
 
 # Device helpers, injected into the generated CUDA source through T.cuda.func_call.
 SYNC_SOURCE = r"""
@@ -44,6 +54,37 @@ __device__ __forceinline__ unsigned long long tvm_rtask_now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+// A pointer as an integer, and back to any pointer type: lets one rKernel body take the
+// tensors of whichever operator runs (a select over integers; TIR selects no pointers).
+__device__ __forceinline__ unsigned long long tvm_rtask_addr(const void* p) {
+  return (unsigned long long)p;
+}
+struct tvm_rtask_any_ptr {
+  unsigned long long a;
+  template <typename T> __device__ __forceinline__ operator T*() const { return (T*)a; }
+};
+__device__ __forceinline__ tvm_rtask_any_ptr tvm_rtask_ptr(unsigned long long a) {
+  tvm_rtask_any_ptr p; p.a = a; return p;
+}
+// Record a timed-out wait once (status[0] = kind), print it and trap if asked. Returns 1.
+__device__ __noinline__ int tvm_rtask_timeout(int* status, int kind, int waiter, int waited,
+                                              int target, int seen, int trap) {
+  if (atomicCAS(status, 0, kind) == 0) {
+    status[1] = waiter; status[2] = waited; status[3] = target; status[4] = seen;
+    __threadfence();
+    if (trap && kind == 1) {
+      printf("tvm_rtask: barrier timeout: vEU %d waited for vEU %d to reach step %d "
+             "(it reached %d); aborting the kernel\n", waiter, waited, target, seen);
+    }
+    if (trap && kind == 2) {
+      printf("tvm_rtask: dependency timeout: vEU %d waited for operator %d of the rProgram "
+             "to finish its %d rTasks (%d finished); aborting the kernel\n",
+             waiter, waited, target, seen);
+    }
+  }
+  if (trap) __trap();
+  return 1;
 }
 // Any thread: wait until step[0] >= target (acquire). Returns 0, or 1 on failure.
 __device__ __noinline__ int tvm_rtask_wait(int* step, int target, int* status,
@@ -58,16 +99,29 @@ __device__ __noinline__ int tvm_rtask_wait(int* step, int target, int* status,
     if (seen >= target) { __threadfence(); return 0; }
     if (vstatus[0] != 0) return 1;
     if ((long long)(tvm_rtask_now_ns() - start) > timeout_ns) {
-      if (atomicCAS(status, 0, 1) == 0) {
-        status[1] = waiter; status[2] = waited; status[3] = target; status[4] = seen;
-        __threadfence();
-        if (trap) {
-          printf("tvm_rtask: barrier timeout: vEU %d waited for vEU %d to reach step %d "
-                 "(it reached %d); aborting the kernel\n", waiter, waited, target, seen);
-        }
-      }
-      if (trap) __trap();
-      return 1;
+      return tvm_rtask_timeout(status, 1, waiter, waited, target, seen, trap);
+    }
+    __nanosleep(backoff);
+    if (backoff < 1024) backoff <<= 1;
+  }
+}
+// Any thread: wait until the counter reaches (epoch + 1) * count (acquire); unsigned
+// arithmetic, compared as a signed difference, so the counters may wrap around.
+__device__ __noinline__ int tvm_rtask_wait_count(int* counter, int count, int epoch,
+                                                 int* status, long long timeout_ns,
+                                                 int waiter, int op, int trap) {
+  volatile unsigned int* vcounter = (volatile unsigned int*)counter;
+  volatile int* vstatus = status;
+  unsigned int target = ((unsigned int)epoch + 1u) * (unsigned int)count;
+  unsigned long long start = tvm_rtask_now_ns();
+  unsigned int backoff = 32;
+  while (true) {
+    unsigned int seen = *vcounter;
+    if ((int)(seen - target) >= 0) { __threadfence(); return 0; }
+    if (vstatus[0] != 0) return 1;
+    if ((long long)(tvm_rtask_now_ns() - start) > timeout_ns) {
+      int done = (int)(seen - (unsigned int)epoch * (unsigned int)count);
+      return tvm_rtask_timeout(status, 2, waiter, op, count, done, trap);
     }
     __nanosleep(backoff);
     if (backoff < 1024) backoff <<= 1;
@@ -79,12 +133,34 @@ __device__ __forceinline__ int tvm_rtask_signal(int* step, int value) {
   atomicExch(step, value);
   return 0;
 }
+// Thread 0 of a vEU, after __syncthreads: count finished rTasks (release).
+__device__ __forceinline__ int tvm_rtask_arrive(int* counter, int count) {
+  __threadfence();
+  atomicAdd((unsigned int*)counter, (unsigned int)count);
+  return 0;
+}
+// The epoch of this launch (read by every thread at the start; it changes only after every
+// vEU has finished).
+__device__ __forceinline__ int tvm_rtask_epoch(int* word) {
+  return *(volatile int*)word;
+}
 // Thread 0 of a vEU at the end: the last of num_veu zeroes the steps for the next replay.
 __device__ __noinline__ int tvm_rtask_finish(int* steps, int num_veu) {
   __threadfence();
   if (atomicAdd(&steps[num_veu], 1) == num_veu - 1) {
     for (int v = 0; v <= num_veu; ++v) steps[v] = 0;
     __threadfence();
+  }
+  return 0;
+}
+// Thread 0 of a vEU at the end: the last of num_veu advances the epoch (nothing is reset).
+__device__ __noinline__ int tvm_rtask_finish_epoch(int* finished, int* epoch_word, int num_veu,
+                                                   int epoch) {
+  __threadfence();
+  unsigned int last = ((unsigned int)epoch + 1u) * (unsigned int)num_veu - 1u;
+  if (atomicAdd((unsigned int*)finished, 1u) == last) {
+    __threadfence();
+    atomicExch(epoch_word, (int)((unsigned int)epoch + 1u));
   }
   return 0;
 }
@@ -104,24 +180,38 @@ class CUDAProgramCode:
     table: np.ndarray = field(default_factory=lambda: np.zeros((1, 1, ENTRY_WORDS), "int32"))
     pairs: np.ndarray = field(default_factory=lambda: np.zeros((1, 2), "int32"))
     op_index: dict[str, int] = field(default_factory=dict)
+    sync: str = "steps"  # "counters" or "steps": what WAIT pairs mean
+    # op -> key of its rKernel body; operators with one key share one body (default: own)
+    body_of: dict[str, str] = field(default_factory=dict)
 
 
-def program_table(program: RProgram, op_index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """The task table ``[num_veu, entries, 5]`` (NOP-padded) and the barrier pair list."""
+def operator_index(ops: list[str], body_of: dict[str, str]) -> dict[str, int]:
+    """Operator indices with the operators of one rKernel body contiguous, so a body is
+    selected by one range test."""
+    groups: dict[str, list[str]] = {}
+    for op in ops:
+        groups.setdefault(body_of.get(op, op), []).append(op)
+    return {op: i for i, op in enumerate(op for group in groups.values() for op in group)}
+
+
+def _table(scripts, op_index: dict[str, int], wait_pairs, publish) -> tuple[np.ndarray, np.ndarray]:
+    """Task table ``[num_veu, entries, 5]`` (NOP-padded) and pair list of per-vEU scripts:
+    ``wait_pairs(item)`` gives a wait's pairs (None for other items), ``publish(item)`` the
+    row of a signal or an arrival (None for other items)."""
     rows, pairs = [], []
-    for script in scripts_from_program(program):
+    for script in scripts:
         row = []
         for item in script:
             if isinstance(item, Run):
                 row.append([RUN, op_index[item.op], item.start, item.count, item.step])
-            elif isinstance(item, Wait):
-                row.append([WAIT, len(pairs), len(item.pairs), 0, 0])
-                pairs.extend([u, count] for u, count in item.pairs)
-            elif isinstance(item, Signal):
-                row.append([SIGNAL, item.count, 0, 0, 0])
+            elif (waits := wait_pairs(item)) is not None:
+                row.append([WAIT, len(pairs), len(waits), 0, 0])
+                pairs.extend(waits)
+            elif (published := publish(item)) is not None:
+                row.append(published)
         rows.append(row)
     width = max((len(r) for r in rows), default=0) or 1
-    table = np.zeros((program.num_veu, width, ENTRY_WORDS), "int32")
+    table = np.zeros((len(scripts), width, ENTRY_WORDS), "int32")
     for v, row in enumerate(rows):
         if row:
             table[v, : len(row)] = row
@@ -129,9 +219,42 @@ def program_table(program: RProgram, op_index: dict[str, int]) -> tuple[np.ndarr
     return table, pair_array
 
 
-def sync_words(num_veu: int) -> np.ndarray:
-    """Initial sync array: step counters, the finish counter, then the status words."""
-    return np.zeros(num_veu + 1 + STATUS_WORDS, "int32")
+def program_table(program: RProgram, op_index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The step-array task table and its ``(vEU, step)`` pair list."""
+    return _table(
+        scripts_from_program(program),
+        op_index,
+        lambda item: [list(p) for p in item.pairs] if isinstance(item, Wait) else None,
+        lambda item: [SIGNAL, item.count, 0, 0, 0] if isinstance(item, Signal) else None,
+    )
+
+
+def counter_table(
+    program: RProgram, graph: RGraph, op_index: dict[str, int], scripts=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The dependency-counter task table and its ``(op, task count)`` pair list."""
+    scripts = counter_scripts(program, graph) if scripts is None else scripts
+    total = task_counts(program)
+
+    def wait_pairs(item):
+        if isinstance(item, CounterWait):
+            return [[op_index[op], total[op]] for op in item.ops]
+        return None
+
+    def arrival(item):
+        if isinstance(item, Arrive):
+            return [ARRIVE, op_index[item.op], item.count, 0, 0]
+        return None
+
+    return _table(scripts, op_index, wait_pairs, arrival)
+
+
+def sync_words(num_veu: int, counters: int | None = None) -> np.ndarray:
+    """Initial sync array: the steps (one per vEU) and a finish counter, or with ``counters``
+    one counter per operator, a finish counter and the epoch; then the status words."""
+    if counters is None:
+        return np.zeros(num_veu + 1 + STATUS_WORDS, "int32")
+    return np.zeros(counters + 2 + STATUS_WORDS, "int32")
 
 
 def _i32(v: int):
@@ -146,11 +269,26 @@ def _sync():
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", StringImm("shared")))
 
 
-def _device_call(name: str, *args):
-    call = tirx.call_intrin(
-        "int32", "tirx.cuda.func_call", StringImm(name), *args, StringImm(SYNC_SOURCE)
+def _helper(ty, name: str, *args):
+    return tirx.call_intrin(
+        ty, "tirx.cuda.func_call", StringImm(name), *args, StringImm(SYNC_SOURCE)
     )
-    return tirx.Evaluate(call)
+
+
+def _device_call(name: str, *args):
+    return tirx.Evaluate(_helper("int32", name, *args))
+
+
+def _op_groups(code: CUDAProgramCode) -> list[list[str]]:
+    """Operators by rKernel body, each group in index order (contiguous indices)."""
+    groups: dict[str, list[str]] = {}
+    for op in sorted(code.op_index, key=code.op_index.get):
+        groups.setdefault(code.body_of.get(op, op), []).append(op)
+    for ops in groups.values():
+        first = code.op_index[ops[0]]
+        if [code.op_index[o] for o in ops] != list(range(first, first + len(ops))):
+            raise ValueError("operators sharing an rKernel body need contiguous indices")
+    return list(groups.values())
 
 
 def _substitute_params(kernel: CUDARKernel, buffers: dict, names: list[str], rtask, tid):
@@ -160,6 +298,35 @@ def _substitute_params(kernel: CUDARKernel, buffers: dict, names: list[str], rta
     mapping[rtask_param.__chandle__()] = rtask
     mapping[tid_param.__chandle__()] = tid
     return tvm_ffi.structural_map(func.body, (tirx.Var, lambda v: mapping.get(v.__chandle__(), v)))
+
+
+def _shared_body(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, rtask, tid):
+    """One copy of the rKernel of ``ops``, reading each tensor through the operator's pointer."""
+    kernel, _ = code.calls[ops[0]]
+    func = s_tir.renew_defs(kernel.func)
+    *buffer_params, rtask_param, tid_param = func.params
+    mapping = {rtask_param.__chandle__(): rtask, tid_param.__chandle__(): tid}
+    decls = []
+    for k, param in enumerate(buffer_params):
+        tensors = [buffers[code.calls[op][1][k]] for op in ops]
+        if all(t.same_as(tensors[0]) for t in tensors):
+            mapping[param.__chandle__()] = tensors[0]
+            continue
+        # select the address by operator index: the last operator's is the default
+        address = _helper("uint64", "tvm_rtask_addr", tirx.address_of(tensors[-1]))
+        for op, tensor in reversed(list(zip(ops[:-1], tensors[:-1], strict=True))):
+            chosen = _helper("uint64", "tvm_rtask_addr", tirx.address_of(tensor))
+            address = tirx.Select(tirx.EQ(op_word, _i32(code.op_index[op])), chosen, address)
+        pointer_ty = PointerType(PrimType(str(param.dtype)), "global")
+        data = tirx.Var(f"{param.name}_data", pointer_ty)
+        view = tirx.decl_buffer(param.shape, param.dtype, param.name, data=data)
+        decls += [
+            tirx.Bind(data, _helper(pointer_ty, "tvm_rtask_ptr", address)),
+            tirx.DeclBuffer(view, data=data),
+        ]
+        mapping[param.__chandle__()] = view
+    body = tvm_ffi.structural_map(func.body, (tirx.Var, lambda v: mapping.get(v.__chandle__(), v)))
+    return tirx.SeqStmt([*decls, body]) if decls else body
 
 
 def build_cuda_dispatcher(
@@ -172,11 +339,18 @@ def build_cuda_dispatcher(
     ``trap_on_timeout``: a timed-out wait aborts the kernel (``__trap``), so
     the next synchronisation raises, instead of leaving the status for a host check.
     """
+    if code.sync not in SYNC_MODES:
+        raise ValueError(f"sync must be one of {SYNC_MODES}, got {code.sync!r}")
+    counters = code.sync == "counters"
     buffers = {t.name: tensor_buffer(t, narrow=True) for t in (*code.inputs, *code.outputs)}
     num_veu, width = code.table.shape[0], code.table.shape[1]
     table = tirx.decl_buffer([num_veu, width, ENTRY_WORDS], "int32", "rtask_table")
     pairs = tirx.decl_buffer([code.pairs.shape[0], 2], "int32", "rtask_pairs")
-    sync = tirx.decl_buffer([num_veu + 1 + STATUS_WORDS], "int32", "rtask_sync")
+    num_counters = len(code.op_index)
+    words = sync_words(num_veu, num_counters if counters else None).shape[0]
+    sync = tirx.decl_buffer([words], "int32", "rtask_sync")
+    status_word = words - STATUS_WORDS
+    finish_word = num_counters if counters else num_veu
     # int32 throughout, as the ids of an ordinary kernel (64-bit index math costs the
     # rKernels 64-bit multiplies that TVM's kernels do not have)
     bx = tirx.Var("veu", "int32")
@@ -184,6 +358,7 @@ def build_cuda_dispatcher(
     entry = tirx.Var("entry", "int32")
     run_index = tirx.Var("run", "int32")
     poll = tirx.Var("poll", "int32")
+    epoch = tirx.Var("epoch", "int32")
 
     def word(k: int):
         return tirx.BufferLoad(table, [bx, entry, _i32(k)])
@@ -191,75 +366,97 @@ def build_cuda_dispatcher(
     def sync_ptr(index):
         return tirx.address_of(tirx.BufferLoad(sync, [index]))
 
-    kind, a, b, c, d = (word(k) for k in range(ENTRY_WORDS))
+    # the entry's words, loaded once per entry
+    kind, a, b, c, d = (
+        tirx.Var(n, "int32") for n in ("kind", "word_a", "word_b", "word_c", "word_d")
+    )
+    load_entry = [tirx.Bind(v, word(k)) for k, v in enumerate((kind, a, b, c, d))]
 
     op_branches = []
-    for op, index in code.op_index.items():
-        kernel, names = code.calls[op]
+    for ops in _op_groups(code):
+        kernel, names = code.calls[ops[0]]
         rtask = tirx.Add(b, tirx.Mul(d, run_index))
-        body = _substitute_params(kernel, buffers, names, rtask, tx)
+        if len(ops) == 1:
+            body = _substitute_params(kernel, buffers, names, rtask, tx)
+            selected = tirx.EQ(a, _i32(code.op_index[ops[0]]))
+        else:
+            body = _shared_body(code, ops, buffers, a, rtask, tx)
+            lo, hi = code.op_index[ops[0]], code.op_index[ops[-1]]
+            selected = tirx.And(tirx.GE(a, _i32(lo)), tirx.LE(a, _i32(hi)))
         if kernel.threads < code.threads:
             body = guard_surplus_threads(body, tx, kernel.threads)
         loop = tirx.For(run_index, _i32(0), c, tirx.ForKind.SERIAL, body)
-        op_branches.append(tirx.IfThenElse(_invariant(tirx.EQ(a, _i32(index))), loop, None))
+        op_branches.append(tirx.IfThenElse(_invariant(selected), loop, None))
     run = tirx.SeqStmt([*op_branches, _sync()])
 
-    # WAIT: thread t polls pairs t, t + threads, ... of this barrier.
+    # WAIT: thread t polls pairs t, t + threads, ... of this wait.
     pair = tirx.Add(a, tirx.Add(tirx.Mul(poll, _i32(code.threads)), tx))
     in_range = tirx.LT(tirx.Add(tirx.Mul(poll, _i32(code.threads)), tx), b)
-    waited_veu = tirx.BufferLoad(pairs, [pair, _i32(0)])
-    wait_call = _device_call(
-        "tvm_rtask_wait",
-        sync_ptr(waited_veu),
-        tirx.BufferLoad(pairs, [pair, _i32(1)]),
-        sync_ptr(_i32(num_veu + 1)),
-        tirx.IntImm("int64", timeout_ns),
-        bx,
-        waited_veu,
-        _i32(int(trap_on_timeout)),
-    )
+    waited = tirx.BufferLoad(pairs, [pair, _i32(0)])
+    count = tirx.BufferLoad(pairs, [pair, _i32(1)])
+    status = sync_ptr(_i32(status_word))
+    timeout = tirx.IntImm("int64", timeout_ns)
+    trap = _i32(int(trap_on_timeout))
+    if counters:
+        wait_call = _device_call(
+            "tvm_rtask_wait_count",
+            sync_ptr(waited),
+            count,
+            epoch,
+            status,
+            timeout,
+            bx,
+            waited,
+            trap,
+        )
+    else:
+        wait_call = _device_call(
+            "tvm_rtask_wait", sync_ptr(waited), count, status, timeout, bx, waited, trap
+        )
     rounds = tirx.FloorDiv(tirx.Add(b, _i32(code.threads - 1)), _i32(code.threads))
-    wait = tirx.SeqStmt(
-        [
-            tirx.For(
-                poll,
-                _i32(0),
-                rounds,
-                tirx.ForKind.SERIAL,
-                tirx.IfThenElse(in_range, wait_call, None),
-            ),
-            _sync(),
-        ]
+    poll_loop = tirx.For(
+        poll, _i32(0), rounds, tirx.ForKind.SERIAL, tirx.IfThenElse(in_range, wait_call, None)
     )
+    wait = tirx.SeqStmt([poll_loop, _sync()])
 
     first_thread = tirx.EQ(tx, _i32(0))
-    signal = tirx.SeqStmt(
-        [
-            _sync(),
-            tirx.IfThenElse(
-                first_thread,
-                _device_call("tvm_rtask_signal", sync_ptr(bx), a),
-                None,
-            ),
-        ]
-    )
+    if counters:  # RUN ended with __syncthreads: the block's writes are ordered before it
+        publish = _device_call("tvm_rtask_arrive", sync_ptr(a), b)
+        publish_kind = ARRIVE
+    else:
+        publish = _device_call("tvm_rtask_signal", sync_ptr(bx), a)
+        publish_kind = SIGNAL
+    signal = tirx.SeqStmt([_sync(), tirx.IfThenElse(first_thread, publish, None)])
     dispatch = tirx.SeqStmt(
         [
+            *load_entry,
             tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(RUN))), run, None),
             tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(WAIT))), wait, None),
-            tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(SIGNAL))), signal, None),
+            tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(publish_kind))), signal, None),
         ]
     )
     entries = tirx.For(entry, _i32(0), _i32(width), tirx.ForKind.SERIAL, dispatch)
-    finish = tirx.IfThenElse(
-        first_thread, _device_call("tvm_rtask_finish", sync_ptr(_i32(0)), _i32(num_veu)), None
-    )
+    if counters:
+        finish_call = _device_call(
+            "tvm_rtask_finish_epoch",
+            sync_ptr(_i32(finish_word)),
+            sync_ptr(_i32(finish_word + 1)),
+            _i32(num_veu),
+            epoch,
+        )
+    else:
+        finish_call = _device_call("tvm_rtask_finish", sync_ptr(_i32(0)), _i32(num_veu))
+    finish = tirx.IfThenElse(first_thread, finish_call, None)
+    thread_body = [entries, _sync(), finish]
+    if counters:
+        read_epoch = _helper("int32", "tvm_rtask_epoch", sync_ptr(_i32(finish_word + 1)))
+        thread_body.insert(0, tirx.Bind(epoch, read_epoch))
     threads = tirx.For(
         tx,
         _i32(0),
         _i32(code.threads),
         tirx.ForKind.THREAD_BINDING,
-        tirx.SeqStmt([entries, _sync(), finish]),
+        tirx.SeqStmt(thread_body),
         thread_binding=tirx.IterVar(None, tx, 1, "threadIdx.x"),
     )
     grid = tirx.For(

@@ -1,9 +1,10 @@
 """The host side of the CUDA barrier timeout: turn a persistent kernel's status word into an
 exception.
 
-Every CUDA rProgram gets a constant int32 array of sync words (step counters, a finish
-counter, then status words). A wait that times out sets ``status[0] = 1`` and records who
-waited for whom; the kernel drains instead of hanging. ``main`` ends with a call to
+Every CUDA rProgram gets a constant int32 array of sync words (dependency counters or step
+counters, a finish counter, the epoch, then status words). A wait that times out sets
+``status[0]`` (1: a step-array wait, 2: a dependency-counter wait) and records who waited for
+what; the kernel drains instead of hanging. ``main`` ends with a call to
 ``tvm_rtask.check_status`` on those arrays, registered here, which raises with the details.
 Importing ``tvm_rtask`` (or this module) in the process that runs the executable registers it.
 """
@@ -21,8 +22,17 @@ def check_status(*sync_arrays) -> None:
     """Raise if any rProgram's status word reports a barrier timeout."""
     for k, array in enumerate(sync_arrays):
         words = array.numpy()
-        num_veu = len(words) - 1 - STATUS_WORDS
+        num_veu = len(words) - 1 - STATUS_WORDS  # the status words are always the last
         status = words[num_veu + 1 :]
+        if status[0] == 2:
+            raise RuntimeError(
+                f"tvm_rtask: a dependency-counter wait timed out in persistent CUDA kernel {k}: "
+                f"vEU {status[1]} waited for operator {status[2]} of the rProgram (its index in "
+                f"the task table) to finish its {status[3]} rTasks ({status[4]} finished). "
+                "The plan waits for a task that never runs, or not all vEUs were co-resident; "
+                "raise spin_timeout_ms if a task is just slow. The executable must be reloaded "
+                "before it is used again."
+            )
         if status[0] != 0:
             raise RuntimeError(
                 f"tvm_rtask: a step-array barrier timed out in persistent CUDA kernel {k}: "
