@@ -46,9 +46,11 @@ class CUDARKernel:
 
 
 def schedule_for_cuda(
-    func: tirx.PrimFunc, target: Target, fallback_only: bool = False
+    func: tirx.PrimFunc, target: Target, fallback_only: bool = False, rules: bool | None = None
 ) -> tirx.PrimFunc:
-    """dlight's default GPU schedules (Matmul, GEMV, Reduction, GeneralReduction, Fallback).
+    """dlight's default GPU schedules (Matmul, GEMV, Reduction, GeneralReduction, Fallback),
+    after tvm-rtask's own CUDA rules (``backend/cuda/rules``: convolutions), which win where
+    they match; ``rules`` (option ``cuda_rules``) False skips them, None is their default.
 
     ``fallback_only`` uses dlight's Fallback rule alone: every thread reduces serially, so the
     kernel has no cross-thread reduction and can run in a vEU with more threads than it uses.
@@ -56,8 +58,15 @@ def schedule_for_cuda(
     import tvm
     from tvm.s_tir import dlight as dl
 
+    from .rules import rules_enabled, schedule_cuda_func
+
     if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
         return func
+    if not fallback_only and (rules_enabled() if rules is None else rules):
+        with target:
+            scheduled = schedule_cuda_func(func, target)
+        if scheduled is not None:
+            return scheduled
     mod = tvm.IRModule({"main": func})
     rules = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction()]
     # dlight's GEMV analysis asserts on some shapes (seen on RandWire, reduced): on failure

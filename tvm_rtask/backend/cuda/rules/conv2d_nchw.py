@@ -44,6 +44,9 @@ LATENCY = 800  # one reduction step's global load -> shared -> compute round tri
 LANES = 128  # FP32 FMAs per SM per cycle (sm_70 .. sm_90)
 REGISTERS = 64  # per thread, assumed for the resident-blocks estimate
 MAX_WASTE = 1.25  # padded / real output elements a tile may compute
+# Elements of one operand a thread copies to shared memory per step: the copy is unrolled,
+# and nasnet's 3x3 stem (64 threads each fetching 112 im2col elements) took 128 registers.
+MAX_FETCH = 32
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ def choose_tile(gemm: tuple[int, int, int, int], cap: int, sms: int) -> Tile:
     """The tile with the least estimated time (:func:`estimate_cycles`) among those that
     compute at most MAX_WASTE times the real outputs; ties (within 5%) go to the larger
     per-thread tile (fewer shared loads per FMA), then to the larger block tile (less
-    global traffic). Threads: 32 .. ``cap``; pixels per phase of 8 threads consecutive."""
+    global traffic). Threads: 32 .. ``cap``; pixels per phase of 8 threads consecutive; at
+    most MAX_FETCH elements of each operand copied per thread and step."""
     _, m, j, k = gemm
     kt = reduction_step(k)
     tiles = []
@@ -114,6 +118,8 @@ def choose_tile(gemm: tuple[int, int, int, int], cap: int, sms: int) -> Tile:
                 for tj in (1, 2, 4, 8, 16, 32, 64, 128, 256):
                     tile = Tile(mi, ji, tm, tj, kt)
                     if not 32 <= tile.threads <= cap or (tm < 8 and tile.bm < m):
+                        continue
+                    if max(kt * mi // tj, kt * ji // tm) > MAX_FETCH:
                         continue
                     waste = (-(-m // tile.bm) * tile.bm) * (-(-j // tile.bj) * tile.bj) / (m * j)
                     tiles.append((waste, tile))
