@@ -1,17 +1,20 @@
 """How long a CUDA build takes, and where: tvm-rtask's pipeline, then nvcc per kernel.
 
 Usage: python bench/cuda_compile_time.py [--models squeezenet lstm_tc ...] [--reduced]
-       [--arch sm_90] [--policy wavefront] [--max-ops-per-program N] [--out bench/results]
-       [--tag NAME]
+       [--arch sm_90] [--policy wavefront] [--max-ops-per-program N] [--barrier counter|fine]
+       [--no-nvcc] [--out bench/results] [--tag NAME]
 
 For each built-in model: ``tvm_rtask.lower`` + ``tvm_rtask.build`` (without the ptxas check)
 is timed as the pipeline; the generated CUDA source is then cut into one file per
 ``__global__`` definition (the shared preamble kept in each) and every file is compiled
 with ``nvcc -ptx``, one at a time, so each kernel's nvcc time and line count are known.
 nvcc's time grows faster than a persistent kernel's code (docs/compile-time-notes.md);
-this is the measurement behind the rProgram limits. Process CPU time of the pipeline and
-wall time of each nvcc run are reported. Writes ``cuda_compile_time-<date>[-<tag>].md``
-and ``.json`` to ``--out``.
+this is the measurement behind the rProgram limits. Process CPU time of the pipeline, the wall
+time of each of its stages (prepare/fuse, plan, lower, build = TVM's codegen; from the
+``tvm_rtask`` progress log), the synchronisation the plan needs (step-array pairs against
+dependency-counter waits) and the wall time of each nvcc run are reported. ``--no-nvcc``
+measures the pipeline alone (no GPU and no nvcc needed: what CI's machines can time).
+Writes ``cuda_compile_time-<date>[-<tag>].md`` and ``.json`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import platform
 import re
@@ -32,8 +36,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tvm_rtask  # noqa: E402
 from tvm_rtask import models as zoo  # noqa: E402
 from tvm_rtask.backend.cuda.occupancy import find_nvcc  # noqa: E402
+from tvm_rtask.core.counters import counter_stats  # noqa: E402
 
-_DEFINITION = re.compile(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\([^;]*\{\s*$")
+_DEFINITION = re.compile(r"__global__ void (?:__launch_bounds__\([\d, ]+\) )?(\w+)\([^;]*\{\s*$")
 
 
 def split_kernels(source: str) -> tuple[str, list[tuple[str, str]]]:
@@ -67,34 +72,77 @@ def nvcc_seconds(nvcc: str, code: str, arch: str) -> float:
     return seconds
 
 
-def measure(name: str, args, nvcc: str) -> dict:
+class _StageTimes(logging.Handler):
+    """Collects ``"<stage> done in X s"`` lines of the ``tvm_rtask`` progress log."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seconds: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        m = re.fullmatch(r"(.+) done in ([\d.]+) s", record.getMessage())
+        if m and not m.group(1).startswith("rprogram"):
+            self.seconds[m.group(1)] = self.seconds.get(m.group(1), 0.0) + float(m.group(2))
+
+
+def _sync_counts(plan) -> dict[str, int]:
+    """Step-array (vEU, step) pairs the plan's barriers list, and the dependency-counter
+    waits and (vEU, operator) pairs that replace them on CUDA."""
+    step_pairs = sum(
+        len(e.waits) for p in plan.programs() for es in p.entries for e in es if hasattr(e, "waits")
+    )
+    stats = [counter_stats(p, plan.graph) for p in plan.programs()]
+    return {
+        "step_pairs": step_pairs,
+        "counter_waits": sum(s["counter_waits"] for s in stats),
+        "counter_pairs": sum(s["wait_pairs"] for s in stats),
+        "dependency_edges": sum(s["edges"] for s in stats),
+    }
+
+
+def measure(name: str, args, nvcc: str | None) -> dict:
     target = {"kind": "cuda", "arch": args.arch}
-    options = {"policy": args.policy, "verify_occupancy": False}
+    options = {"policy": args.policy, "verify_occupancy": False, "barrier": args.barrier}
     if args.max_ops_per_program is not None:
         options["max_ops_per_program"] = args.max_ops_per_program
     model = zoo.get(name, reduced=args.reduced)[0]
-    cpu = time.process_time()
-    ex, plan = tvm_rtask.build(tvm_rtask.lower(model, target, **options), target)
+    stages = _StageTimes()
+    log = logging.getLogger("tvm_rtask")
+    log.addHandler(stages)
+    log.setLevel(logging.INFO)
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        ex, plan = tvm_rtask.build(tvm_rtask.lower(model, target, **options), target)
+    finally:
+        log.removeHandler(stages)
     pipeline_cpu_s = time.process_time() - cpu
+    pipeline_wall_s = time.perf_counter() - wall
     source = tvm_rtask.cuda_source(ex)
+    print(f"  {name}: pipeline {pipeline_wall_s:.1f} s wall, stages {stages.seconds}")
     preamble, kernels = split_kernels(source)
     per_kernel = []
-    for kernel, code in kernels:
+    for kernel, code in kernels if nvcc else []:
         seconds = nvcc_seconds(nvcc, preamble + "\n" + code, args.arch)
         per_kernel.append({"kernel": kernel, "lines": code.count("\n") + 1, "nvcc_s": seconds})
         print(f"  {name} {kernel}: {per_kernel[-1]['lines']} lines, nvcc {seconds:.1f} s")
     report = plan.report()
-    persistent = [k for k in per_kernel if k["kernel"].startswith("rprogram_")]
     return {
         "model": name,
         "operators": report["operators"],
         "rprograms": report["rprograms"],
         "estimated_us": report["estimated_us"],
+        "barrier": args.barrier,
         "pipeline_cpu_s": pipeline_cpu_s,
+        "pipeline_wall_s": pipeline_wall_s,
+        "stages_s": stages.seconds,
+        **_sync_counts(plan),
         "source_mb": len(source) / 1e6,
-        "persistent_kernels": len(persistent),
-        "nvcc_s": sum(k["nvcc_s"] for k in per_kernel),
-        "largest_kernel_lines": max((k["lines"] for k in persistent), default=0),
+        "source_lines": source.count("\n") + 1,
+        "persistent_kernels": len([k for k, _ in kernels if k.startswith("rprogram_")]),
+        "nvcc_s": sum(k["nvcc_s"] for k in per_kernel) if nvcc else None,
+        "largest_kernel_lines": max(
+            (code.count("\n") + 1 for k, code in kernels if k.startswith("rprogram_")), default=0
+        ),
         "kernels": per_kernel,
     }
 
@@ -106,12 +154,14 @@ def main() -> None:
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--policy", default="wavefront")
     parser.add_argument("--max-ops-per-program", type=int, default=None)
+    parser.add_argument("--barrier", default="counter", choices=("counter", "fine"))
+    parser.add_argument("--no-nvcc", action="store_true", help="time the pipeline only")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     parser.add_argument("--tag", default="", help="appended to the result file names")
     args = parser.parse_args()
-    nvcc = find_nvcc()
-    if nvcc is None:
-        sys.exit("nvcc not found (PATH, CUDA_HOME): nothing to measure")
+    nvcc = None if args.no_nvcc else find_nvcc()
+    if nvcc is None and not args.no_nvcc:
+        sys.exit("nvcc not found (PATH, CUDA_HOME): use --no-nvcc to time the pipeline alone")
     rows = [measure(name, args, nvcc) for name in args.models]
     stamp = datetime.date.today().isoformat()
     os.makedirs(args.out, exist_ok=True)
@@ -120,6 +170,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "arch": args.arch,
         "policy": args.policy,
+        "barrier": args.barrier,
         "reduced": args.reduced,
         "max_ops_per_program": args.max_ops_per_program,
         "command": " ".join(sys.argv),
@@ -133,15 +184,18 @@ def main() -> None:
         "",
         f"`{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs).",
         "",
-        "| model | operators | rPrograms | persistent kernels | largest (lines) "
-        "| pipeline CPU s | nvcc s (sum) | source MB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | operators | rPrograms | largest kernel (lines) | plan s | lower s "
+        "| build s | pipeline wall s | step pairs | counter pairs | edges | nvcc s (sum) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        st = r["stages_s"]
+        nv = "-" if r["nvcc_s"] is None else f"{r['nvcc_s']:.1f}"
         lines.append(
-            f"| {r['model']} | {r['operators']} | {r['rprograms']} | {r['persistent_kernels']} "
-            f"| {r['largest_kernel_lines']} | {r['pipeline_cpu_s']:.1f} | {r['nvcc_s']:.1f} "
-            f"| {r['source_mb']:.2f} |"
+            f"| {r['model']} | {r['operators']} | {r['rprograms']} | {r['largest_kernel_lines']} "
+            f"| {st.get('plan', 0):.1f} | {st.get('lower', 0):.1f} | {st.get('build', 0):.1f} "
+            f"| {r['pipeline_wall_s']:.1f} | {r['step_pairs']} | {r['counter_pairs']} "
+            f"| {r['dependency_edges']} | {nv} |"
         )
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
