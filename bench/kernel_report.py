@@ -20,6 +20,11 @@ uses) is then timed four ways:
     :func:`rkernel_time`: the same one-operator module through
     ``tvm_rtask.compile(..., policy="sequential")`` (one persistent kernel of one rKernel),
     timed through its VM; ``None`` with the reason when it cannot be built.
+``rules_on_ms`` / ``rules_off_ms`` (CUDA, operators a tvm-rtask CUDA schedule rule takes:
+    convolutions)
+    the unscheduled PrimFunc scheduled as tvm-rtask schedules it, with its CUDA rules
+    (``backend/cuda/rules``) and without them (dlight), both at the vEU's thread cap (256),
+    each timed alone as ``tvm_kernel_ms`` is (option ``cuda_rules``; ``rules_on_over_off``).
 ``torch_ms``
     the operator's main computation in ``torch.nn.functional`` where it maps (conv2d from
     the buffer shapes -- stride, padding and groups inferred from them, the fused epilogue
@@ -73,7 +78,9 @@ def operator_modules(mod, target):
     before = [p for p in passes if p.info.name != "ApplyDefaultSchedule"]
     with target:
         unscheduled = tvm.transform.Sequential(before)(mod)
-        scheduled = tvm.transform.Sequential(schedule)(unscheduled) if schedule else unscheduled
+        # on a copy: TVM 0.27's ApplyDefaultSchedule updates the module it is given in place
+        copy = tvm.IRModule(dict(unscheduled.functions), attrs=unscheduled.attrs)
+        scheduled = tvm.transform.Sequential(schedule)(copy) if schedule else unscheduled
     return unscheduled, scheduled
 
 
@@ -143,14 +150,41 @@ def _median_ms(timer, *args) -> dict:
 
 
 def tvm_kernel_time(op: dict, scheduled, target, dev, repeat: int) -> dict:
+    return kernel_time(scheduled[op["name"]], target, dev, repeat)
+
+
+def kernel_time(func, target, dev, repeat: int) -> dict:
+    """A scheduled PrimFunc alone, timed with ``time_evaluator``."""
     import tvm
 
-    func = scheduled[op["name"]].with_attr("global_symbol", "main")
+    func = func.with_attr("global_symbol", "main")
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
     lib = lib.jit() if hasattr(lib, "jit") else lib
     _, args = _random_args(_buffers(func), dev)
     timer = lib.time_evaluator("main", dev, number=10, repeat=repeat, min_repeat_ms=1)
     return _median_ms(timer, *args)
+
+
+def rules_times(op: dict, target, dev, repeat: int) -> dict:
+    """``rules_on_ms`` / ``rules_off_ms``: the operator scheduled by tvm-rtask's CUDA rules
+    and by dlight (``schedule_for_cuda(rules=False)``) at the vEU's thread cap, timed alone;
+    {} when no rule takes the operator."""
+    from tvm_rtask.backend.cuda.backend import schedule_target
+    from tvm_rtask.backend.cuda.rkernel import schedule_for_cuda
+    from tvm_rtask.backend.cuda.rules import RULE_ATTR
+
+    capped = schedule_target(target, 256)
+    on = schedule_for_cuda(op["func"], capped, rules=True)
+    if on.attrs is None or RULE_ATTR not in on.attrs:
+        return {}
+    off = schedule_for_cuda(op["func"], capped, rules=False)
+    times = {
+        "rule": str(on.attrs[RULE_ATTR]),
+        "rules_on_ms": kernel_time(on, capped, dev, repeat)["median_ms"],
+        "rules_off_ms": kernel_time(off, capped, dev, repeat)["median_ms"],
+    }
+    times["rules_on_over_off"] = times["rules_on_ms"] / times["rules_off_ms"]
+    return times
 
 
 def one_operator_module(op: dict):
@@ -316,8 +350,8 @@ def markdown(report: dict) -> str:
         f"rKernel column: {report['rkernel_method']}",
         "",
         "| operator | uses | TVM kernel ms | TVM VM ms | rKernel ms | rKernel/TVM VM | "
-        "torch ms | torch/TVM kernel | lost ms | notes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "rules on ms | rules off ms | on/off | torch ms | torch/TVM kernel | lost ms | notes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in report["operators"]:
         notes = "; ".join(n for n in (row.get("rkernel_note"), row.get("torch_note")) if n)
@@ -326,7 +360,9 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {row['name']} | {row['uses']} | {_fmt(row.get('tvm_kernel_ms'))} | "
             f"{_fmt(row.get('tvm_vm_ms'))} | {_fmt(row.get('rkernel_ms'))} | "
-            f"{_fmt(row.get('rkernel_over_tvm_vm'), 2)} | {_fmt(row.get('torch_ms'))} | "
+            f"{_fmt(row.get('rkernel_over_tvm_vm'), 2)} | {_fmt(row.get('rules_on_ms'))} | "
+            f"{_fmt(row.get('rules_off_ms'))} | {_fmt(row.get('rules_on_over_off'), 2)} | "
+            f"{_fmt(row.get('torch_ms'))} | "
             f"{_fmt(row.get('torch_over_tvm_kernel'), 2)} | {_fmt(row.get('lost_ms'))} | "
             f"{notes[:160]} |"
         )
@@ -386,6 +422,11 @@ def report_model(name: str, args, out: Path) -> dict:
             row["rkernel_plan"] = rk["plan"]
             if rk["plan"].get("rprograms") == 0:
                 row["rkernel_note"] = "stays an ordinary kernel (no rProgram)"
+        if gpu:
+            try:
+                row.update(rules_times(op, target, dev, args.repeat))
+            except Exception as err:
+                row["rules_error"] = f"rules on/off not timed: {one_line(err)}"
         th, tnote = torch_time(op, gpu, args.repeat)
         row["torch_ms"] = th["median_ms"] if th else None
         row["torch_note"] = tnote
