@@ -60,16 +60,21 @@ def _in_program_preds(program: RProgram, graph: RGraph) -> dict[str, list[str]]:
     return {op: [p for p in graph.preds(op) if p in inside] for op in program.ops()}
 
 
-def _ancestors(program: RProgram, preds: dict[str, list[str]], graph: RGraph) -> dict[str, set]:
-    """Each operator's ancestors inside the program."""
-    anc: dict[str, set[str]] = {}
+def _ancestors(program: RProgram, preds: dict[str, list[str]], graph: RGraph) -> dict[str, int]:
+    """Each operator's bit and ancestors inside the program, as bitsets (Python ints)."""
+    bit = {op: 1 << k for k, op in enumerate(sorted(program.ops(), key=graph.index))}
+    closed: dict[str, int] = {}  # the operator itself and its ancestors
     for op in sorted(program.ops(), key=graph.index):
-        mine: set[str] = set()
+        mine = bit[op]
         for p in preds[op]:
-            mine.add(p)
-            mine |= anc[p]
-        anc[op] = mine
-    return anc
+            mine |= closed[p]
+        closed[op] = mine
+    return closed
+
+
+def _own_bit(closed: int) -> int:
+    """An operator's own bit in its closed set: the highest (ancestors come first)."""
+    return 1 << (closed.bit_length() - 1)
 
 
 def _veu_tasks(program: RProgram) -> list[list[RTask]]:
@@ -79,24 +84,23 @@ def _veu_tasks(program: RProgram) -> list[list[RTask]]:
 def counter_scripts(program: RProgram, graph: RGraph) -> list[list[CounterItem]]:
     """Per-vEU scripts: runs of rTasks, the counter waits before them, arrivals after them."""
     preds = _in_program_preds(program, graph)
-    anc = _ancestors(program, preds, graph)
+    closed = _ancestors(program, preds, graph)
     total = task_counts(program)
     plans: list[list[tuple[tuple[str, ...], list[RTask]]]] = []
     awaited: set[str] = set()
     for tasks in _veu_tasks(program):
-        known: set[str] = set()
+        known = 0  # bitset: operators known complete at this point of the vEU
         seen: dict[str, int] = {}
         segments: list[tuple[tuple[str, ...], list[RTask]]] = [((), [])]
         for task in tasks:
             # the latest predecessor first: waiting for it implies its ancestors
-            missing = [p for p in preds[task.op] if p not in known]
+            missing = [p for p in preds[task.op] if not known & _own_bit(closed[p])]
             missing.sort(key=graph.index, reverse=True)
             waits = []
             for p in missing:
-                if p in known:  # implied by an earlier wait of this same task
+                if known & _own_bit(closed[p]):  # implied by an earlier wait of this task
                     continue
-                known.add(p)
-                known |= anc[p]
+                known |= closed[p]
                 if seen.get(p, 0) < total[p]:
                     waits.append(p)
             if waits:
@@ -105,8 +109,7 @@ def counter_scripts(program: RProgram, graph: RGraph) -> list[list[CounterItem]]
             segments[-1][1].append(task)
             seen[task.op] = seen.get(task.op, 0) + 1
             if seen[task.op] == total[task.op]:  # all of it ran here, before what follows
-                known.add(task.op)
-                known |= anc[task.op]
+                known |= closed[task.op]
         plans.append(segments)
     scripts: list[list[CounterItem]] = []
     for segments in plans:
@@ -204,34 +207,32 @@ def _simulate(name: str, scripts, total: dict[str, int]) -> None:
 def _check_coverage(name: str, scripts, total: dict[str, int], preds) -> None:
     """Every run starts only when its operator's predecessors are complete.
 
-    ``done_before[op]``: operators complete before *every* task of ``op`` starts; it grows
-    from empty to a fixed point (a least fixed point: sound because the simulation has shown
-    that the waits are well founded).
+    ``done_before[op]``: operators complete before *every* task of ``op`` starts (a bitset
+    over the operators); it grows from empty to a fixed point (a least fixed point: sound
+    because the simulation has shown that the waits are well founded).
     """
-    done_before: dict[str, frozenset[str]] = {op: frozenset() for op in total}
+    bit = {op: 1 << k for k, op in enumerate(total)}
+    done_before = dict.fromkeys(total, 0)
     while True:
-        guaranteed: dict[str, frozenset[str]] = {}
+        guaranteed: dict[str, int] = {}
         for script in scripts:
-            known: set[str] = set()
+            known = 0
             seen: dict[str, int] = {}
             for item in script:
                 if isinstance(item, CounterWait):
                     for op in item.ops:
-                        known.add(op)
-                        known |= done_before[op]
+                        known |= bit[op] | done_before[op]
                 elif isinstance(item, Run):
-                    now = frozenset(known)
                     prior = guaranteed.get(item.op)
-                    guaranteed[item.op] = now if prior is None else prior & now
+                    guaranteed[item.op] = known if prior is None else prior & known
                     seen[item.op] = seen.get(item.op, 0) + item.count
                     if seen[item.op] == total[item.op]:
-                        known.add(item.op)
-                        known |= done_before[item.op]
-        if all(guaranteed.get(op, frozenset()) == done_before[op] for op in total):
+                        known |= bit[item.op] | done_before[item.op]
+        if all(guaranteed.get(op, 0) == done_before[op] for op in total):
             break
-        done_before = {op: guaranteed.get(op, frozenset()) for op in total}
+        done_before = {op: guaranteed.get(op, 0) for op in total}
     for op, before in done_before.items():
-        unmet = [p for p in preds[op] if p not in before]
+        unmet = [p for p in preds[op] if not before & bit[p]]
         if unmet:
             raise PlanError(
                 f"{name}: a task of {op} can start before {unmet[0]} is complete under "
