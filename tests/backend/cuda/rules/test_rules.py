@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tvm
 from tvm import s_tir
+from tvm.script import relax as R
 from tvm.target import Target
 
 import tvm_rtask
@@ -203,3 +204,54 @@ def test_rules_are_named_in_order():
     from tvm_rtask.backend.cuda.rules import default_rules
 
     assert [type(r) for r in default_rules()] == [Conv2dNCHW, DepthwiseConv2dNCHW]
+
+
+@tvm.script.ir_module
+class Unusual:
+    """Batch 2, dilation 2, 2 groups, a 2x3 kernel with stride (1, 2), bias and relu."""
+
+    @R.function
+    def main(
+        x: R.Tensor((2, 8, 13, 14), "float32"),
+        w: R.Tensor((6, 4, 2, 3), "float32"),
+        b: R.Tensor((1, 6, 1, 1), "float32"),
+    ):
+        with R.dataflow():
+            y = R.nn.conv2d(x, w, strides=(1, 2), padding=(1, 2), dilation=(2, 2), groups=2)
+            z = R.nn.relu(R.add(y, b))
+            R.output(z)
+        return z
+
+
+@tvm.script.ir_module
+class WideDepthwise:
+    """Depthwise with 2 outputs per input channel, rows wider than the thread cap."""
+
+    @R.function
+    def main(x: R.Tensor((1, 3, 6, 300), "float32"), w: R.Tensor((6, 1, 3, 3), "float32")):
+        with R.dataflow():
+            y = R.nn.conv2d(x, w, padding=(1, 1), groups=3)
+            R.output(y)
+        return y
+
+
+@pytest.mark.parametrize(
+    "module, expected, rule",
+    [
+        (Unusual, (2, 2, (2, 2), (1, 2)), "Conv2dNCHW"),
+        (WideDepthwise, (1, 3, (1, 1), (1, 1)), "DepthwiseConv2dNCHW"),
+    ],
+)
+def test_batch_dilation_groups_and_odd_sizes(module, expected, rule):
+    mod = RTaskPrepare(None, TARGET)(module)
+    (func,) = [f for gv, f in mod.functions.items() if "conv2d" in gv.name_hint]
+    info = find_conv(s_tir.Schedule(func))
+    assert (info.batch, info.groups, info.dilation, info.stride) == expected
+    scheduled = schedule_cuda_func(func, CAPPED)
+    assert scheduled.attrs[RULE_ATTR] == rule
+    assert make_cuda_rkernel(scheduled).threads <= 256
+    args = random_args(func)
+    expected = run_on_cpu(func, args)
+    args[-1][:] = np.nan
+    actual = run_on_cpu(serial_on_cpu(scheduled), args)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())

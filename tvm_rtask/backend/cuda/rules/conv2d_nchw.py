@@ -230,7 +230,8 @@ def schedule_conv_gemm(sch: s_tir.Schedule, info: ConvInfo, tile: Tile):
     acc = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(acc, tx, preserve_unit_loops=True)
     # operands: A pixels fastest (coalesced along the row), B k fastest (the weight's order)
-    vec_a = 4 if _input_contiguous(info) and not pads[0] and not pads[2] else 1
+    contiguous_a = _input_contiguous(info) and _contiguous_pixels(info, 4) and tile.bm % 4 == 0
+    vec_a = 4 if contiguous_a and not pads[0] and not pads[2] else 1
     vec_a = vec_a if (tile.bm * tile.kt) % (tile.threads * vec_a) == 0 else 1
     vec_b = 4 if not pads[1] and not pads[2] and k % 4 == 0 else 1
     vec_b = vec_b if (tile.bj * tile.kt) % (tile.threads * vec_b) == 0 else 1
