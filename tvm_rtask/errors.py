@@ -29,6 +29,10 @@ class CapacityError(PlanError):
     """More vEUs are requested than the device can keep running at once."""
 
 
+class SpillError(RTaskError):
+    """A persistent kernel spills registers to local memory at the planned occupancy."""
+
+
 class BarrierTimeout(RTaskError):
     """A step-array wait at run time exceeded its bound instead of hanging."""
 

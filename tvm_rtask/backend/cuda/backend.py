@@ -13,6 +13,7 @@ from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import OptionError, UnsupportedOperator
 from ..base import Backend, ProgramIO, load_tuned
+from .compile_cache import install_compile_callback
 from .dispatch import (
     CUDAProgramCode,
     build_cuda_dispatcher,
@@ -319,6 +320,9 @@ class CUDABackend(Backend):
         from .cooperative import persistent_pipeline
 
         tir_pipeline = persistent_pipeline(plan.vdevice.blocks_per_sm, cuda.cooperative_launch)
+        # where TVM compiles at build time (a CUDA runtime is present), the persistent
+        # kernels' cubin comes from the cache the occupancy check reads: one nvcc run
+        install_compile_callback()
         ex = tvm.compile(
             lowered,
             target=self.target,
@@ -348,7 +352,7 @@ class CUDABackend(Backend):
 
     def _verify_occupancy(self, ex, plan, cuda: CUDAOptions) -> None:
         """ptxas's register and shared-memory counts must let every vEU be resident at once."""
-        from .occupancy import check_co_residency, find_nvcc, ptxas_usage
+        from .occupancy import check_co_residency, check_spills, find_nvcc, ptxas_usage
         from .source import cuda_source
 
         if find_nvcc() is None:
@@ -361,6 +365,7 @@ class CUDABackend(Backend):
         capacities = check_co_residency(
             plan.vdevice.spec, cuda.threads, plan.vdevice.num_veu, usage
         )
+        check_spills(usage, plan.vdevice.threads, plan.vdevice.blocks_per_sm)
         plan.kernel_usage = {
             name: {"registers": usage[name].registers, "shared_mem": usage[name].shared_mem,
                    "spill_stores": usage[name].spill_stores, "capacity": capacity}

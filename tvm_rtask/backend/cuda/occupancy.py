@@ -9,15 +9,23 @@ its barriers wait for blocks that never start.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 
 from ...core import DeviceSpec, blocks_per_sm
-from ...errors import CapacityError
+from ...errors import CapacityError, SpillError
+from .compile_cache import compile_source, find_nvcc, tvm_nvcc_command
+
+__all__ = [
+    "KernelUsage",
+    "check_co_residency",
+    "check_spills",
+    "find_nvcc",
+    "parse_ptxas_report",
+    "ptxas_usage",
+    "source_kernel_registers",
+    "tvm_nvcc_command",
+]
 
 _FUNCTION = re.compile(r"Compiling entry function '(\w+)'")
 _USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
@@ -33,70 +41,11 @@ class KernelUsage:
     spill_stores: int = 0  # bytes
 
 
-def find_nvcc() -> str | None:
-    """nvcc from PATH or CUDA_HOME, or None."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    candidate = os.path.join(home, "bin", "nvcc") if home else ""
-    return candidate if candidate and os.path.exists(candidate) else None
-
-
-def tvm_nvcc_command(nvcc: str, arch: str, source: str, output: str) -> list[str]:
-    """The nvcc command TVM itself compiles CUDA with (``tvm.support.nvcc``: ``-O3``,
-    ``--use_fast_math``, ptxas ``--register-usage-level=10``, ...), to a cubin, with the
-    ptxas report (``-v``) on: registers counted as for the kernel that will run.
-
-    TVM 0.27 compiles the CUDA source only when the module is loaded on a device (the
-    runtime's ``tvm_callback_cuda_compile``), so a build on a machine without a GPU never
-    runs nvcc: the occupancy checks compile the source themselves, with these flags.
-    """
-    try:
-        from tvm.support.nvcc import _ptxas_option_flags
-
-        ptxas = list(_ptxas_option_flags())
-    except ImportError:
-        ptxas = ["-v"]
-    if "-v" not in ptxas:
-        ptxas.append("-v")
-    fast_math = [] if os.environ.get("TVM_CUDA_NVCC_NO_FAST_MATH") else ["--use_fast_math"]
-    suffix = arch.removeprefix("sm_")
-    return [
-        nvcc,
-        "--cubin",
-        "-O3",
-        "-gencode",
-        f"arch=compute_{suffix},code=sm_{suffix}",
-        "--expt-relaxed-constexpr",
-        "--expt-extended-lambda",
-        *fast_math,
-        f"--ptxas-options={','.join(ptxas)}",
-        "-o",
-        output,
-        source,
-    ]
-
-
 def ptxas_usage(source: str, arch: str, nvcc: str | None = None) -> dict[str, KernelUsage]:
-    """Compile ``source`` for ``arch`` as TVM does (:func:`tvm_nvcc_command`); usage per
-    kernel."""
-    nvcc = nvcc or find_nvcc()
-    if nvcc is None:
-        raise FileNotFoundError("nvcc not found (PATH, CUDA_HOME)")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kernels.cu")
-        with open(path, "w") as f:
-            f.write(source)
-        out = subprocess.run(
-            tvm_nvcc_command(nvcc, arch, path, path + ".cubin"),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-    if out.returncode != 0:
-        raise RuntimeError(f"nvcc failed on the generated CUDA source:\n{out.stderr[-3000:]}")
-    return parse_ptxas_report(out.stderr)
+    """Compile ``source`` for ``arch`` as TVM does (:func:`tvm_nvcc_command`), once: the
+    cubin and ptxas' report are cached (``compile_cache``) and the same cubin is what runs
+    when tvm-rtask's build loads it; usage per kernel."""
+    return parse_ptxas_report(compile_source(source, arch, nvcc).report)
 
 
 def parse_ptxas_report(text: str) -> dict[str, KernelUsage]:
@@ -166,3 +115,23 @@ def check_co_residency(
                 "cuda_threads."
             )
     return capacities
+
+
+def check_spills(usage: dict[str, KernelUsage], threads: int, blocks_per_sm: int) -> None:
+    """SpillError when a persistent kernel (``rprogram_*``) spills registers: the plan's
+    occupancy (``__launch_bounds__(threads, blocks_per_sm)``) costs more than it gains."""
+    spilling = {
+        name: use
+        for name, use in usage.items()
+        if name.startswith("rprogram_") and use.spill_stores
+    }
+    if spilling:
+        name, use = max(spilling.items(), key=lambda item: item[1].spill_stores)
+        raise SpillError(
+            f"{name} spills {use.spill_stores} bytes of registers to local memory at "
+            f"{use.registers} registers per thread (__launch_bounds__({threads}, "
+            f"{blocks_per_sm})); {len(spilling)} persistent kernel(s) spill. Give them more "
+            "registers (cuda_registers, fewer vEUs per SM: num_veu), fewer distinct kernels "
+            "per rProgram (max_kernels_per_program), or accept the spills with "
+            "verify_occupancy=False"
+        )

@@ -1,0 +1,206 @@
+"""One nvcc compile per persistent kernel's source: the cubin checked is the cubin that runs.
+
+On a machine with a CUDA runtime, TVM compiles a module's CUDA source inside ``tvm.compile``
+(the codegen calls the global function ``tvm_callback_cuda_compile``; without a CUDA runtime
+the source is kept and compiled when loaded). tvm-rtask's occupancy check
+(``verify_occupancy``) needs ptxas' registers and spills of the same source, which used to be
+a second full compile (12.5 min for NASNet's step-array kernels). Here the compile is done
+once, with TVM's own nvcc flags and ``ptxas -v``, and its cubin and report are kept in a disk
+cache keyed by the source, the architecture, nvcc's version and flags. The callback installed by
+:func:`install_compile_callback` answers sources that hold tvm-rtask's persistent kernels
+from that cache (compiling on a miss); every other source goes to TVM's own callback
+unchanged, so TVM's default builds (the baselines) are compiled exactly as TVM compiles them.
+
+The cache lives in ``$TVM_RTASK_CUDA_CACHE`` (default ``~/.cache/tvm-rtask/cuda``); entries are
+written atomically and a damaged entry is compiled again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE_ENV = "TVM_RTASK_CUDA_CACHE"
+# Sources holding this marker are tvm-rtask's (dispatch.SYNC_SOURCE defines it).
+RTASK_MARKER = "TVM_RTASK_SYNC_DEFINED"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A cubin and ptxas' ``-v`` report for it."""
+
+    cubin: bytes
+    report: str
+
+
+def find_nvcc() -> str | None:
+    """nvcc from PATH or CUDA_HOME, or None."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidate = os.path.join(home, "bin", "nvcc") if home else ""
+    return candidate if candidate and os.path.exists(candidate) else None
+
+
+def tvm_nvcc_command(nvcc: str, arch: str, source: str, output: str) -> list[str]:
+    """The nvcc command TVM itself compiles CUDA with (``tvm.support.nvcc``: ``-O3``,
+    ``--use_fast_math``, ptxas ``--register-usage-level=10``, ...), to a cubin, with the
+    ptxas report (``-v``) on: registers counted as for the kernel that will run.
+
+    TVM 0.27 compiles the CUDA source only when the module is loaded on a device (the
+    runtime's ``tvm_callback_cuda_compile``), so a build on a machine without a GPU never
+    runs nvcc: the occupancy checks compile the source themselves, with these flags.
+    """
+    try:
+        from tvm.support.nvcc import _ptxas_option_flags
+
+        ptxas = list(_ptxas_option_flags())
+    except ImportError:
+        ptxas = ["-v"]
+    if "-v" not in ptxas:
+        ptxas.append("-v")
+    fast_math = [] if os.environ.get("TVM_CUDA_NVCC_NO_FAST_MATH") else ["--use_fast_math"]
+    suffix = arch.removeprefix("sm_")
+    return [
+        nvcc,
+        "--cubin",
+        "-O3",
+        "-gencode",
+        f"arch=compute_{suffix},code=sm_{suffix}",
+        "--expt-relaxed-constexpr",
+        "--expt-extended-lambda",
+        *fast_math,
+        f"--ptxas-options={','.join(ptxas)}",
+        "-o",
+        output,
+        source,
+    ]
+
+
+def cache_dir() -> Path:
+    """Where compiled sources are kept (``$TVM_RTASK_CUDA_CACHE``)."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "tvm-rtask" / "cuda"
+
+
+@functools.lru_cache(maxsize=4)
+def _nvcc_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else nvcc
+
+
+def _key(source: str, arch: str, nvcc: str) -> str:
+    flags = " ".join(tvm_nvcc_command(nvcc, arch, "in.cu", "out.cubin")[1:])
+    text = "\0".join([_nvcc_version(nvcc), flags, source])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read(base: Path) -> Compiled | None:
+    """The entry at ``base``, or None if missing or damaged (the report's first line holds
+    the cubin's sha256)."""
+    try:
+        data = base.with_suffix(".cubin").read_bytes()
+        digest, _, report = base.with_suffix(".ptxas").read_text().partition("\n")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if digest != hashlib.sha256(data).hexdigest():
+        return None
+    return Compiled(data, report)
+
+
+def _write(base: Path, compiled: Compiled) -> None:
+    """Write both files through temporary names, the cubin first, so a reader sees whole
+    files; the digest in the report catches a cubin replaced in between."""
+    report = hashlib.sha256(compiled.cubin).hexdigest() + "\n" + compiled.report
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        for suffix, data in ((".cubin", compiled.cubin), (".ptxas", report.encode())):
+            fd, tmp = tempfile.mkstemp(dir=base.parent, suffix=suffix + ".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, base.with_suffix(suffix))
+    except OSError:
+        pass  # a read-only cache only costs the next compile
+
+
+def compile_source(source: str, arch: str, nvcc: str | None = None) -> Compiled:
+    """``source`` compiled for ``arch`` with TVM's nvcc flags, from the cache when it holds it."""
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found (PATH, CUDA_HOME)")
+    base = cache_dir() / _key(source, arch, nvcc)
+    cached = _read(base)
+    if cached is not None:
+        return cached
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernels.cu")
+        with open(path, "w") as f:
+            f.write(source)
+        out = subprocess.run(
+            tvm_nvcc_command(nvcc, arch, path, path + ".cubin"),
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"nvcc failed on the generated CUDA source:\n{out.stderr[-3000:]}")
+        compiled = Compiled(Path(path + ".cubin").read_bytes(), out.stderr)
+    _write(base, compiled)
+    return compiled
+
+
+def _current_arch() -> str | None:
+    """The architecture being compiled for: the target in scope, else the device's."""
+    import tvm
+
+    target = tvm.target.Target.current(allow_none=True)
+    if target is not None and target.kind.name == "cuda" and target.attrs.get("arch"):
+        return str(target.attrs["arch"])
+    dev = tvm.cuda(0)
+    if dev.exist:
+        return "sm_" + str(dev.compute_version).replace(".", "")
+    return None
+
+
+def cached_callback(original):
+    """A ``tvm_callback_cuda_compile`` that compiles tvm-rtask's sources through the cache
+    and hands every other source to ``original``."""
+
+    def compile_with_cache(code):
+        text = str(code)
+        arch = _current_arch() if RTASK_MARKER in text else None
+        if arch is None:
+            return original(code)
+        return bytearray(compile_source(text, arch).cubin)
+
+    return compile_with_cache
+
+
+_installed = False
+
+
+def install_compile_callback() -> bool:
+    """Answer tvm-rtask's sources from :func:`compile_source`; others go to TVM's callback.
+
+    Returns False (and installs nothing) without nvcc: TVM's own callback then compiles
+    everything, and the occupancy check, if on, compiles once more.
+    """
+    global _installed
+    if _installed:
+        return True
+    if find_nvcc() is None:
+        return False
+    import tvm_ffi
+    from tvm.support import nvcc as tvm_nvcc  # registers TVM's callback first
+
+    callback = cached_callback(tvm_nvcc.tvm_callback_cuda_compile)
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", callback, override=True)
+    _installed = True
+    return True
