@@ -46,15 +46,12 @@ ENTRY_WORDS = 5
 STATUS_WORDS = 8
 SYNC_MODES = ("counters", "steps")
 
-# Device helpers, injected into the generated CUDA source through T.cuda.func_call.
-SYNC_SOURCE = r"""
-#ifndef TVM_RTASK_SYNC_DEFINED
-#define TVM_RTASK_SYNC_DEFINED
-__device__ __forceinline__ unsigned long long tvm_rtask_now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+# Device helpers, injected into the generated CUDA source through T.cuda.func_call. Every
+# call carries its helper's source text through TVM's passes, so the pointer helpers (a few
+# thousand calls in NASNet) have their own short source.
+POINTER_SOURCE = r"""
+#ifndef TVM_RTASK_POINTER_DEFINED
+#define TVM_RTASK_POINTER_DEFINED
 // A pointer as an integer, and back to any pointer type: lets one rKernel body take the
 // tensors of whichever operator runs (a select over integers; TIR selects no pointers).
 __device__ __forceinline__ unsigned long long tvm_rtask_addr(const void* p) {
@@ -66,6 +63,16 @@ struct tvm_rtask_any_ptr {
 };
 __device__ __forceinline__ tvm_rtask_any_ptr tvm_rtask_ptr(unsigned long long a) {
   tvm_rtask_any_ptr p; p.a = a; return p;
+}
+#endif
+"""
+SYNC_SOURCE = r"""
+#ifndef TVM_RTASK_SYNC_DEFINED
+#define TVM_RTASK_SYNC_DEFINED
+__device__ __forceinline__ unsigned long long tvm_rtask_now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
 }
 // Record a timed-out wait once (status[0] = kind), print it and trap if asked. Returns 1.
 __device__ __noinline__ int tvm_rtask_timeout(int* status, int kind, int waiter, int waited,
@@ -269,10 +276,8 @@ def _sync():
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", StringImm("shared")))
 
 
-def _helper(ty, name: str, *args):
-    return tirx.call_intrin(
-        ty, "tirx.cuda.func_call", StringImm(name), *args, StringImm(SYNC_SOURCE)
-    )
+def _helper(ty, name: str, *args, source: str = SYNC_SOURCE):
+    return tirx.call_intrin(ty, "tirx.cuda.func_call", StringImm(name), *args, StringImm(source))
 
 
 def _device_call(name: str, *args):
@@ -313,15 +318,19 @@ def _shared_body(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, 
             mapping[param.__chandle__()] = tensors[0]
             continue
         # select the address by operator index: the last operator's is the default
-        address = _helper("uint64", "tvm_rtask_addr", tirx.address_of(tensors[-1]))
+        address = _helper(
+            "uint64", "tvm_rtask_addr", tirx.address_of(tensors[-1]), source=POINTER_SOURCE
+        )
         for op, tensor in reversed(list(zip(ops[:-1], tensors[:-1], strict=True))):
-            chosen = _helper("uint64", "tvm_rtask_addr", tirx.address_of(tensor))
+            chosen = _helper(
+                "uint64", "tvm_rtask_addr", tirx.address_of(tensor), source=POINTER_SOURCE
+            )
             address = tirx.Select(tirx.EQ(op_word, _i32(code.op_index[op])), chosen, address)
         pointer_ty = PointerType(PrimType(str(param.dtype)), "global")
         data = tirx.Var(f"{param.name}_data", pointer_ty)
         view = tirx.decl_buffer(param.shape, param.dtype, param.name, data=data)
         decls += [
-            tirx.Bind(data, _helper(pointer_ty, "tvm_rtask_ptr", address)),
+            tirx.Bind(data, _helper(pointer_ty, "tvm_rtask_ptr", address, source=POINTER_SOURCE)),
             tirx.DeclBuffer(view, data=data),
         ]
         mapping[param.__chandle__()] = view
