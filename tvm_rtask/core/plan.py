@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PlanError
+from .counters import check_counter_scripts, counter_scripts
 from .graph import RGraph
 from .rprogram import RProgram
 from .vdevice import VDevice
@@ -64,8 +65,15 @@ class Plan:
                 where[op] = s
         return where
 
-    def validate(self) -> None:
-        """Raise PlanError (or Deadlock/CapacityError) naming the first inconsistency."""
+    def validate(self, sync: str = "steps") -> None:
+        """Raise PlanError (or Deadlock/CapacityError) naming the first inconsistency.
+
+        ``sync``: what the rPrograms will synchronise with, ``"steps"`` (their barrier
+        entries, as the CPU runs them) or ``"counters"`` (dependency counters derived from
+        the placement, as CUDA runs them by default): the model that runs is the one checked.
+        """
+        if sync not in ("steps", "counters"):
+            raise PlanError(f"sync must be 'steps' or 'counters', not {sync!r}")
         where = self.step_of()
         for op in where:
             if op not in self.graph:
@@ -87,7 +95,9 @@ class Plan:
                         f"(step {sp}), which does not run before it"
                     )
         for prog in self.programs():
-            prog.validate(self.graph, self.vdevice.capacity)
+            prog.validate(self.graph, self.vdevice.capacity, barriers=sync == "steps")
+            if sync == "counters":
+                check_counter_scripts(prog, self.graph, counter_scripts(prog, self.graph))
 
     def report(self) -> dict[str, Any]:
         """Counts and estimates a user or a benchmark wants to see at a glance."""

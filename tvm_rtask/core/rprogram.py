@@ -460,14 +460,21 @@ class RProgram:
             + "; each waits for the next"
         )
 
-    def validate(self, graph: RGraph, capacity: int | None = None) -> None:
-        """Raise unless the program fits the device, is complete and covers every dependency."""
+    def validate(self, graph: RGraph, capacity: int | None = None, barriers: bool = True) -> None:
+        """Raise unless the program fits the device, is complete and covers every dependency.
+
+        ``barriers=False`` checks placement only (fit, every task once, one kernel per
+        operator): for a lowering that synchronises otherwise (dependency counters, checked
+        by ``core.counters``), the barrier entries are not what runs.
+        """
         if capacity is not None and self.num_veu > capacity:
             raise CapacityError(
                 f"rProgram {self.name!r} uses {self.num_veu} vEUs but the device keeps only "
                 f"{capacity} co-resident; fewer vEUs or smaller rTasks are needed"
             )
         tasks_of, pos = self._check_tasks(graph)
+        if not barriers:
+            return
         order = self.execution_order()
         counts = self._entry_counts()
         base = np.concatenate(([0], np.cumsum(counts)))  # row of (v, j) is base[v] + j

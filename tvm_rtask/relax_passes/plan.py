@@ -65,6 +65,7 @@ class PlanRPrograms:
             vdevice(),
             policy=options.policy,
             cost=options.cost_model(),
+            sync="counters" if backend.barrier(options) == "counter" else "steps",
             **policy_arguments(options, backend),
         )
         plan.options = options.to_dict()

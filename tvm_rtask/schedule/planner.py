@@ -19,9 +19,13 @@ def make_plan(
     vdevice: VDevice,
     policy: str | Policy = "wavefront",
     cost: CostModel | None = None,
+    sync: str = "steps",
     **options: Any,
 ) -> Plan:
-    """A validated Plan; ``options`` go to the policy (unknown ones are an OptionError)."""
+    """A validated Plan; ``options`` go to the policy (unknown ones are an OptionError).
+
+    ``sync`` is what the rPrograms will run with (``Plan.validate``): ``"counters"`` checks
+    the dependency counters derived from the placement instead of its barrier entries."""
     cost = cost or AnalyticalCostModel()
     if isinstance(policy, Policy):
         if options:
@@ -31,7 +35,7 @@ def make_plan(
         pol = get_policy(policy, **options)
     steps = pol.plan(graph, vdevice, cost)
     plan = Plan(graph, vdevice, steps, policy=pol.name, policy_options=dict(pol.options))
-    plan.validate()
+    plan.validate(sync)
     plan.estimated_us = simulate_plan(steps, graph, vdevice, cost)
     plan.ideal_us = ideal_us(graph, vdevice, cost)
     return plan
