@@ -141,3 +141,20 @@ def test_counter_scripts_of_every_plan_check(graph, num_veu, policy):
     plan = make_plan(graph, VDevice.cpu(num_veu), policy, cost=COST)
     for prog in plan.programs():
         check_counter_scripts(prog, plan.graph, counter_scripts(prog, plan.graph))
+
+
+def test_plans_validate_the_synchronisation_that_runs():
+    g = inception(rtasks=4)
+    plan = make_plan(g, VDevice.cpu(3), "wavefront", cost=COST, sync="counters")
+    plan.validate("counters")
+    plan.validate("steps")  # the barrier entries are still correct for the CPU
+    prog = plan.programs()[0]
+    # a barrier dropped: the step-array check refuses it, counters do not need it
+    v, i = next((v, i) for v, es in enumerate(prog.entries) for i, e in enumerate(es)
+                if hasattr(e, "waits"))  # fmt: skip
+    del prog.entries[v][i]
+    with pytest.raises(PlanError):
+        plan.validate("steps")
+    plan.validate("counters")
+    with pytest.raises(PlanError, match="sync must be"):
+        plan.validate("atomics")
