@@ -2,10 +2,12 @@
 
 For each model (SqueezeNet, Inception v1, ResNet-50 from the onnx package's test data,
 seeded random weights, batch 1): TVM's default build, TVM + CUDA graph, tvm-rtask
-``sequential`` and ``wavefront``. Every configuration is checked against TVM's default
-output before it is timed; times are medians of ``--repeat`` calls after warm-up, each call
-synchronised. One JSON line per configuration is appended to ``--out`` the moment it is
-known (compile time included), so a run cut short keeps what it measured.
+``sequential`` and ``wavefront`` (dependency counters, the CUDA default), ``wavefront``
+with step arrays (``rtask_wavefront_fine``) and ``wavefront`` under a CUDA graph. Every
+configuration is checked against TVM's default output before it is timed; times are
+medians of ``--repeat`` calls after warm-up, each call synchronised. One JSON line per
+configuration is appended to ``--out`` the moment it is known (compile time included), so
+a run cut short keeps what it measured.
 
     python3 bench/gpu_light.py --out $OUT/light.jsonl --deadline 500
 """
@@ -24,7 +26,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODELS = ("squeezenet", "inception_v1", "resnet50")
-CONFIGS = ("tvm_default", "tvm_cuda_graph", "rtask_sequential", "rtask_wavefront")
+CONFIGS = (
+    "tvm_default",
+    "tvm_cuda_graph",
+    "rtask_sequential",
+    "rtask_wavefront",
+    "rtask_wavefront_fine",
+    "rtask_wavefront_cuda_graph",
+)
 
 
 def _build(config: str, mod, target):
@@ -37,6 +46,11 @@ def _build(config: str, mod, target):
     if config == "tvm_cuda_graph":
         with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
             return tvm.compile(mod, target=target)
+    if config == "rtask_wavefront_fine":  # the step arrays, for comparison
+        return tvm_rtask.compile(mod, target, policy="wavefront", barrier="fine")
+    if config == "rtask_wavefront_cuda_graph":
+        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+            return tvm_rtask.compile(mod, target, policy="wavefront")
     policy = config.removeprefix("rtask_")
     return tvm_rtask.compile(mod, target, policy=policy)
 

@@ -39,10 +39,12 @@ Configurations (``--configs`` picks any of them by name)
 =================================  =================================================================
 ``tvm_default``                    ``tvm.compile`` with TVM's default Relax pipeline for the target
 ``tvm_cuda_graph``                 the same with ``relax.backend.use_cuda_graph`` (cuda only)
-``sequential``                     tvm-rtask, policy sequential ("RammerBase"), fine barriers
+``sequential``                     tvm-rtask, policy sequential ("RammerBase"), target's barriers
+``wavefront_counter``              tvm-rtask, wavefront, dependency counters (cuda only)
 ``wavefront_fine``                 tvm-rtask, Rammer's wavefront policy, fine (step-array) barriers
 ``wavefront_global``               tvm-rtask, wavefront, global barriers (llvm default set only)
-``ios``, ``opara``, ...            tvm-rtask, every other policy (cuda default set: ``ios`` only)
+``ios``, ``opara``, ...            tvm-rtask, every other policy with the target's barriers (cuda
+                                   default set: ``ios`` only)
 ``onnxruntime``                    ONNX Runtime (CPU; with ``--gpu`` the CUDA provider, if any)
 ``torch_eager``                    PyTorch eager: the zoo model's twin (same ONNX graph, weights)
 ``torch_compile``                  ``torch.compile`` of the same (default mode)
@@ -150,9 +152,12 @@ def all_configurations(target_kind: str) -> list[dict]:
     if gpu:
         configs.append({"name": "tvm_cuda_graph", "kind": "tvm", "cuda_graph": True})
     rtask = []
+    # barrier None: the target's default (llvm: step arrays, CUDA: dependency counters)
     if "sequential" in policies:
-        rtask.append(("sequential", "sequential", "fine", True))
+        rtask.append(("sequential", "sequential", None, True))
     if "wavefront" in policies:
+        if gpu:
+            rtask.append(("wavefront_counter", "wavefront", "counter", True))
         rtask += [
             ("wavefront_fine", "wavefront", "fine", True),
             ("wavefront_global", "wavefront", "global", not gpu),
@@ -162,7 +167,7 @@ def all_configurations(target_kind: str) -> list[dict]:
         if policy in ("sequential", "wavefront"):
             continue
         name = policy if policy not in taken else f"{policy}_policy"
-        rtask.append((name, policy, "fine", not gpu or policy == "ios"))
+        rtask.append((name, policy, None, not gpu or policy == "ios"))
         taken.add(name)
     configs += [
         {"name": n, "kind": "rtask", "policy": p, "barrier": b, "default": d}

@@ -167,7 +167,14 @@ def test_configurations_cover_the_baselines():
     assert "tvm_cuda_graph" not in names and len(names) == len(set(names))
     assert {"onnxruntime", "torch_eager", "torch_compile"} <= set(names)
     cuda = [c["name"] for c in harness.configurations("cuda")]
-    assert cuda[:5] == ["tvm_default", "tvm_cuda_graph", "sequential", "wavefront_fine", "ios"]
+    assert cuda[:6] == [
+        "tvm_default",
+        "tvm_cuda_graph",
+        "sequential",
+        "wavefront_counter",
+        "wavefront_fine",
+        "ios",
+    ]
     assert {"torch_compile_max_autotune", "torch_compile_reduce_overhead"} <= set(cuda)
     every_llvm = [c["name"] for c in harness.all_configurations("llvm")]
     assert "torch_compile_max_autotune" in every_llvm and "torch_compile_max_autotune" not in names
