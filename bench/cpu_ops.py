@@ -1,17 +1,30 @@
-"""Per-operator CPU kernel quality: each PrimFunc of a model unscheduled vs scheduled by the
-CPU rules (``tvm_rtask.backend.cpu.rules``), checked against each other, in one process.
+"""Per-operator CPU kernel quality: each operator of a model with tvm-rtask's CPU schedule
+rules, against ONNX Runtime and against the unscheduled TIR, and whole models.
 
-Usage: python bench/cpu_ops.py [--models squeezenet inception_v1] [--target llvm]
+Usage: python bench/cpu_ops.py [--models squeezenet inception_v1] [--target llvm-native]
        [--threads 1] [--repeat 10] [--only conv] [--json out.json]
+       python bench/cpu_ops.py --ort [--models ...] [--threads 2] [--rounds 3] [--json out.json]
        python bench/cpu_ops.py --e2e [--models ...] [--threads 2] [--rounds 3] [--json out.json]
 
-Each distinct PrimFunc after ``RTaskPrepare`` is built twice with ``tvm.compile`` on the
-same random inputs: as Relax legalized it (serial loops, what the llvm path compiled before
-the rules) and as the first matching rule schedules it (its ``T.parallel`` loop runs on
-``--threads`` workers). Prints median microseconds of both and the speed-up.
+The target (``--target``, default ``llvm-native``: LLVM for this machine's CPU) is the same
+for every tvm-rtask and TVM configuration compared; plain ``llvm`` compiles for a generic
+x86-64 (SSE2) and is what TVM means by it.
+
+Default mode: each distinct PrimFunc after ``RTaskPrepare`` is built twice with
+``tvm.compile`` on the same random inputs: as Relax legalized it (serial loops) and as the
+first matching rule schedules it (its ``T.parallel`` loop runs on ``--threads`` workers).
+Prints median microseconds of both and the speed-up.
+
+``--ort``: the per-operator report against ONNX Runtime. Each distinct operator of the ONNX
+model (a node, or a Conv / Gemm / MatMul with the Relu that alone consumes it, which both
+TVM and ONNX Runtime fuse) becomes a one-operator ONNX model with the model's weights; that
+same file is compiled by ``tvm_rtask.compile(policy="sequential")`` (rules on) and run by
+ONNX Runtime (``intra_op_num_threads = --threads``), both checked against each other and
+timed in interleaved rounds. Rows sorted by the time tvm-rtask loses to ONNX Runtime over
+all uses of the operator in the model; the rule that scheduled it is named.
 
 ``--e2e``: whole models under ``tvm_rtask.compile(policy="wavefront")`` with the rules off
-and on (``TVM_RTASK_CPU_RULES``), and ONNX Runtime on the same threads, each checked against
+and on (option ``cpu_rules``), and ONNX Runtime on the same threads, each checked against
 ONNX Runtime's numbers and timed in interleaved rounds (the medians of all rounds), so that
 load from other processes hits every configuration alike.
 """
@@ -20,20 +33,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
+import time
 
 import numpy as np
 import tvm
 import tvm_ffi
 
 import tvm_rtask
+from tvm_rtask.backend import as_target
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, schedule_cpu_func
 from tvm_rtask.relax_passes import RTaskPrepare
 from tvm_rtask.runtime import set_num_threads
 from tvm_rtask.testing.onnx_light import load_light_model
 
+# One operator of the ONNX model: these are fused with a Relu that alone consumes them.
+FUSES_RELU = ("Conv", "Gemm", "MatMul")
 
-def prepared_funcs(name: str, target: tvm.target.Target) -> dict:
-    mod = tvm_rtask.frontend.load(load_light_model(name))
+
+def prepared_funcs(name_or_mod, target: tvm.target.Target) -> dict:
+    """The distinct PrimFuncs of a light model (or a Relax module) after ``RTaskPrepare``."""
+    if isinstance(name_or_mod, str):
+        mod = tvm_rtask.frontend.load(load_light_model(name_or_mod))
+    else:
+        mod = name_or_mod
     with target:
         mod = RTaskPrepare()(mod)
     funcs, seen = {}, set()
@@ -97,13 +120,216 @@ def bench_model(name: str, target, repeat: int, only: str | None) -> list[dict]:
     return rows
 
 
-def _e2e_model(
-    name: str, threads: int, warmup: int, repeat: int, rounds: int, target="llvm"
-) -> dict:
-    import os
-    import time
+def interleaved(runners: dict, warmup: int, repeat: int, rounds: int) -> dict[str, dict]:
+    """Median, p10 and p90 (ms) of each runner: ``warmup`` calls each, then ``rounds`` rounds
+    of ``repeat`` calls of every runner in turn (load from other processes hits them alike)."""
+    samples = {c: [] for c in runners}
+    for run_ in runners.values():
+        for _ in range(warmup):
+            run_()
+    for _ in range(rounds):
+        for config, run_ in runners.items():
+            for _ in range(repeat):
+                start = time.perf_counter()
+                run_()
+                samples[config].append((time.perf_counter() - start) * 1e3)
+    stats = {}
+    for config, values in samples.items():
+        p10, p50, p90 = np.percentile(values, [10, 50, 90])
+        stats[config] = {"median_ms": float(p50), "p10_ms": float(p10), "p90_ms": float(p90)}
+    return stats
 
+
+def ort_session(model, threads: int):
     import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _vm_outputs(out) -> list[np.ndarray]:
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+
+# -- per operator against ONNX Runtime --------------------------------------------------------
+def _shapes(model) -> dict[str, list[int]]:
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    shapes = {}
+    for value in [*inferred.input, *inferred.value_info, *inferred.output]:
+        dims = value.type.tensor_type.shape.dim
+        shapes[value.name] = [d.dim_value for d in dims]
+    return shapes
+
+
+def onnx_operators(model) -> list[dict]:
+    """Each distinct operator of ``model``: ``{"key", "ops", "nodes", "uses", "model"}``, where
+    ``model`` is a one-operator ONNX model (the node, or a Conv / Gemm / MatMul and the Relu
+    that alone consumes its output) holding the weights it reads. Operators with the same
+    node types, attributes and shapes are counted once, with their number of uses."""
+    import onnx
+    from onnx import helper
+
+    graph = model.graph
+    shapes = _shapes(model)
+    inits = {t.name: t for t in graph.initializer}
+    consumers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers[name] = consumers.get(name, 0) + 1
+    nodes = list(graph.node)
+    groups, i = [], 0
+    while i < len(nodes):
+        group = [nodes[i]]
+        nxt = nodes[i + 1] if i + 1 < len(nodes) else None
+        if (
+            nodes[i].op_type in FUSES_RELU
+            and nxt is not None
+            and nxt.op_type == "Relu"
+            and nxt.input[0] == nodes[i].output[0]
+            and consumers.get(nodes[i].output[0]) == 1
+        ):
+            group.append(nxt)
+        groups.append(group)
+        i += len(group)
+    found: dict[str, dict] = {}
+    elem = onnx.TensorProto.FLOAT
+    for group in groups:
+        if group[0].op_type in ("Dropout", "Identity"):
+            continue  # nothing to compute at inference
+        produced = {o for n in group for o in n.output}
+        inputs, weights = [], []
+        for n in group:
+            for name in n.input:
+                if not name or name in produced:
+                    continue
+                if name in inits:
+                    weights.append(inits[name])
+                elif name not in [v.name for v in inputs]:
+                    inputs.append(helper.make_tensor_value_info(name, elem, shapes[name]))
+        out = group[-1].output[0]
+        key = json.dumps(
+            [
+                [n.op_type, sorted(str(helper.get_attribute_value(a)) for a in n.attribute)]
+                for n in group
+            ]
+            + [[shapes.get(v.name) for v in inputs], [list(w.dims) for w in weights]]
+        )
+        if key in found:
+            found[key]["uses"] += 1
+            continue
+        mini = helper.make_graph(
+            group,
+            "op",
+            inputs,
+            [helper.make_tensor_value_info(out, elem, shapes[out])],
+            weights,
+        )
+        mini_model = helper.make_model(mini, opset_imports=list(model.opset_import))
+        mini_model.ir_version = model.ir_version
+        found[key] = {
+            "key": key,
+            "ops": "+".join(n.op_type for n in group),
+            "nodes": [n.name or n.output[0] for n in group],
+            "input_shapes": [shapes.get(v.name) for v in inputs],
+            "output_shape": shapes[out],
+            "uses": 1,
+            "model": mini_model,
+        }
+    return list(found.values())
+
+
+def _rules_of(mod, target) -> list[str]:
+    """The CPU rules that schedule the operators of ``mod`` (a Relax module)."""
+    names = []
+    for func in prepared_funcs(mod, target).values():
+        scheduled = schedule_cpu_func(func, target)
+        if scheduled is not None:
+            names.append(str(scheduled.attrs[RULE_ATTR]))
+    return names
+
+
+def ort_report(
+    name: str, target, threads: int, warmup: int, repeat: int, rounds: int, only=None
+) -> dict:
+    """Per operator of light model ``name``: tvm-rtask (sequential, rules on) and ONNX Runtime
+    on the same one-operator ONNX model; see the module docstring."""
+    from tvm import relax
+
+    from tvm_rtask.testing.onnx_light import random_inputs, relative_error
+
+    rows, failed = [], []
+    for op in onnx_operators(load_light_model(name)):
+        if only and only not in op["ops"]:
+            continue
+        inputs = random_inputs(op["model"])
+        mod = tvm_rtask.frontend.load(op["model"])
+        try:
+            ex = tvm_rtask.compile(mod, target, policy="sequential", num_veu=threads)
+        except Exception as err:  # reported, not fatal: the other operators still count
+            message = str(err).strip().splitlines()[-1][:200]
+            print(f"{name:13s} {op['ops']:10s} {str(op['input_shapes'][:1]):22s} failed: {message}")
+            row = {k: v for k, v in op.items() if k not in ("model", "key")}
+            failed.append({**row, "error": message})
+            continue
+        set_num_threads(threads)
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        args = [tvm.runtime.tensor(v) for v in inputs.values()]
+        session = ort_session(op["model"], threads)
+        got = _vm_outputs(vm["main"](*args))
+        expected = session.run(None, inputs)
+        error = max(relative_error(a, b) for a, b in zip(got, expected, strict=True))
+        stats = interleaved(
+            {
+                "rtask": lambda vm=vm, args=args: vm["main"](*args),
+                "onnxruntime": lambda s=session, x=inputs: s.run(None, x),
+            },
+            warmup,
+            repeat,
+            rounds,
+        )
+        rt, ort_ms = stats["rtask"]["median_ms"], stats["onnxruntime"]["median_ms"]
+        row = {k: v for k, v in op.items() if k not in ("model", "key")}
+        row.update(
+            rules=_rules_of(mod, target),
+            rtask_ms=rt,
+            onnxruntime_ms=ort_ms,
+            ratio=rt / ort_ms,
+            lost_ms=(rt - ort_ms) * op["uses"],
+            rel_error=error,
+            stats=stats,
+        )
+        rows.append(row)
+        print(
+            f"{name:13s} {row['ops']:10s} {str(op['input_shapes'][:1]):22s} x{op['uses']:<2d} "
+            f"rtask {rt:8.3f} ms  ORT {ort_ms:8.3f} ms  {rt / ort_ms:5.1f}x  "
+            f"{','.join(row['rules']) or '-':14s} err {error:.1e}",
+            flush=True,
+        )
+    rows.sort(key=lambda r: -r["lost_ms"])
+    total = {
+        "rtask_ms": sum(r["rtask_ms"] * r["uses"] for r in rows),
+        "onnxruntime_ms": sum(r["onnxruntime_ms"] * r["uses"] for r in rows),
+    }
+    print(
+        f"{name}: sum over operators x uses: tvm-rtask {total['rtask_ms']:.2f} ms, "
+        f"ONNX Runtime {total['onnxruntime_ms']:.2f} ms; largest losses:"
+    )
+    for r in rows[:8]:
+        print(
+            f"  {r['ops']:10s} {str(r['input_shapes'][:1]):24s} x{r['uses']:<2d} "
+            f"lost {r['lost_ms']:7.3f} ms ({r['ratio']:.1f}x)"
+        )
+    return {"name": name, "total": total, "operators": rows, "failed": failed}
+
+
+# -- whole models -------------------------------------------------------------------------------
+def _e2e_model(name: str, threads: int, warmup: int, repeat: int, rounds: int, target) -> dict:
     from tvm import relax
 
     from tvm_rtask.testing.onnx_light import (
@@ -118,68 +344,100 @@ def _e2e_model(
     mod = tvm_rtask.frontend.load(model)
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
     runners, result = {}, {"name": name, "target": str(target), "configs": {}}
-    for config, flag in (("rtask_wavefront_rules_off", "0"), ("rtask_wavefront_rules_on", "1")):
-        os.environ["TVM_RTASK_CPU_RULES"] = flag
+    for config, rules in (("rtask_wavefront_rules_off", False), ("rtask_wavefront_rules_on", True)):
         start = time.perf_counter()
-        ex = tvm_rtask.compile(mod, target, policy="wavefront", num_veu=threads)
+        ex = tvm_rtask.compile(mod, target, policy="wavefront", num_veu=threads, cpu_rules=rules)
         compile_s = time.perf_counter() - start
         set_num_threads(threads)
         vm = relax.VirtualMachine(ex, tvm.cpu())
-        out = vm["main"](*args)
-        outs = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-        error = max(relative_error(a, b) for a, b in zip(outs, reference, strict=True))
+        error = max(
+            relative_error(a, b)
+            for a, b in zip(_vm_outputs(vm["main"](*args)), reference, strict=True)
+        )
         if error > 1e-4:
             raise RuntimeError(f"{name} {config}: relative error {error:.2e} against ORT")
         result["configs"][config] = {"compile_s": round(compile_s, 2), "rel_error": error}
         runners[config] = lambda vm=vm: vm["main"](*args)
-    os.environ.pop("TVM_RTASK_CPU_RULES", None)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = ort_session(model, threads)
     runners["onnxruntime"] = lambda: session.run(None, inputs)
     result["configs"]["onnxruntime"] = {}
-    samples = {c: [] for c in runners}
-    for run_ in runners.values():
-        for _ in range(warmup):
-            run_()
-    for _ in range(rounds):
-        for config, run_ in runners.items():
-            for _ in range(repeat):
-                start = time.perf_counter()
-                run_()
-                samples[config].append((time.perf_counter() - start) * 1e3)
-    for config, values in samples.items():
-        p10, p50, p90 = np.percentile(values, [10, 50, 90])
-        result["configs"][config].update(median_ms=p50, p10_ms=p10, p90_ms=p90)
-        print(f"{name:13s} {config:28s} median {p50:9.2f} ms (p10 {p10:.2f}, p90 {p90:.2f})")
+    for config, stats in interleaved(runners, warmup, repeat, rounds).items():
+        result["configs"][config].update(stats)
+        print(
+            f"{name:13s} {config:28s} median {stats['median_ms']:9.2f} ms "
+            f"(p10 {stats['p10_ms']:.2f}, p90 {stats['p90_ms']:.2f})"
+        )
     ort_ms = result["configs"]["onnxruntime"]["median_ms"]
     for stats in result["configs"].values():
         stats["ratio_to_onnxruntime"] = stats["median_ms"] / ort_ms
     return result
 
 
+def _machine(threads: int) -> dict:
+    from tvm_rtask.backend.cpu.host import host_cpu_name
+    from tvm_rtask.backend.cpu.threads import cpu_model_name
+
+    try:
+        import os
+
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {
+        "cpu": cpu_model_name(),
+        "llvm_host_cpu": host_cpu_name(),
+        "threads": threads,
+        "load_average": load,
+    }
+
+
+def _versions() -> dict:
+    import onnxruntime as ort
+
+    return {
+        "tvm": tvm.__version__,
+        "tvm_rtask": tvm_rtask.__version__,
+        "onnxruntime": ort.__version__,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["squeezenet", "inception_v1"])
-    parser.add_argument("--target", default="llvm", help="llvm or a JSON target dict")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--target",
+        default="llvm-native",
+        help="llvm-native (default: this machine's CPU), llvm (generic x86-64, SSE2) or a JSON "
+        "target dict; the same for every configuration compared",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="default 1, --ort/--e2e 2")
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--only", help="only PrimFuncs whose name contains this")
+    parser.add_argument("--only", help="only PrimFuncs (--ort: ONNX op types) containing this")
     parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--e2e", action="store_true", help="whole models: rules off/on, ORT")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--e2e", action="store_true", help="whole models: rules off/on, ORT")
+    mode.add_argument("--ort", action="store_true", help="per operator against ONNX Runtime")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
-    target = tvm.target.Target(
-        json.loads(args.target) if args.target.startswith("{") else args.target
+    target = as_target(json.loads(args.target) if args.target.startswith("{") else args.target)
+    threads = args.threads or (2 if args.e2e or args.ort else 1)
+    set_num_threads(threads)
+    print(
+        f"target {target} (the same for every tvm-rtask and TVM configuration), "
+        f"{threads} thread(s); ONNX Runtime on {threads} intra-op thread(s)",
+        flush=True,
     )
+    doc = {
+        "command": "python bench/cpu_ops.py " + " ".join(__import__("sys").argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+        "target": str(target),
+        "device": f"cpu ({platform.processor() or platform.machine()}), {threads} threads",
+        "machine": _machine(threads),
+    }
+    if args.e2e or args.ort:
+        doc["versions"] = _versions()
     if args.e2e:
-        import platform
-
-        threads = max(args.threads, 2) if args.threads == 1 else args.threads
-        set_num_threads(threads)
         models = [
             _e2e_model(m, threads, args.warmup, args.repeat, args.rounds, target)
             for m in args.models
@@ -189,27 +447,23 @@ def main() -> None:
                 f"{c} {s['ratio_to_onnxruntime']:.1f}x" for c, s in m["configs"].items()
             )
             print(f"  {m['name']} vs ONNX Runtime: {ratios}")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(
-                    {
-                        "device": f"cpu ({platform.processor() or platform.machine()}), "
-                        f"{threads} threads",
-                        "versions": {"tvm": tvm.__version__, "tvm_rtask": tvm_rtask.__version__},
-                        "models": models,
-                    },
-                    f,
-                    indent=1,
-                )
-        return
-    set_num_threads(args.threads)
-    rows = [r for m in args.models for r in bench_model(m, target, args.repeat, args.only)]
-    total_base = sum(r["default_us"] for r in rows)
-    total_rule = sum(r["rule_us"] for r in rows)
-    print(f"sum over distinct scheduled PrimFuncs: {total_base:.0f} -> {total_rule:.0f} us")
+        doc["models"] = models
+    elif args.ort:
+        doc["models"] = [
+            ort_report(m, target, threads, args.warmup, args.repeat, args.rounds, args.only)
+            for m in args.models
+        ]
+    else:
+        rows = [r for m in args.models for r in bench_model(m, target, args.repeat, args.only)]
+        total_base = sum(r["default_us"] for r in rows)
+        total_rule = sum(r["rule_us"] for r in rows)
+        print(f"sum over distinct scheduled PrimFuncs: {total_base:.0f} -> {total_rule:.0f} us")
+        doc["rows"] = rows
+    doc["machine"]["load_average_after"] = _machine(threads)["load_average"]
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"target": str(target), "threads": args.threads, "rows": rows}, f, indent=1)
+            json.dump(doc, f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":

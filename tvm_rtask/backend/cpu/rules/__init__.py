@@ -17,6 +17,7 @@ from tvm.target import Target
 from ....records import TUNED_ATTR
 from .base import CPUScheduleRule, vector_lanes
 from .conv2d_nchw import Conv2dNCHW
+from .matmul import MatmulKN
 from .pool2d_nchw import Pool2dNCHW
 
 RULE_ATTR = "rtask.cpu_rule"
@@ -25,6 +26,7 @@ __all__ = [
     "RULE_ATTR",
     "CPUScheduleRule",
     "Conv2dNCHW",
+    "MatmulKN",
     "Pool2dNCHW",
     "default_rules",
     "is_rule_scheduled",
@@ -35,7 +37,8 @@ __all__ = [
 
 
 def default_rules() -> list[CPUScheduleRule]:
-    return [Conv2dNCHW()]  # Pool2dNCHW measured slower than unscheduled TIR: not default
+    # Pool2dNCHW measured slower than the unscheduled TIR: not a default rule
+    return [Conv2dNCHW(), MatmulKN()]
 
 
 def schedule_cpu_func(
@@ -51,7 +54,9 @@ def schedule_cpu_func(
             sch = None
         if sch is None:
             continue
-        return sch.mod["main"].with_attr(RULE_ATTR, type(rule).__name__)
+        # a rule returns a schedule, or a PrimFunc it rewrote after its last primitive
+        result = sch.mod["main"] if isinstance(sch, s_tir.Schedule) else sch
+        return result.with_attr(RULE_ATTR, type(rule).__name__)
     return None
 
 

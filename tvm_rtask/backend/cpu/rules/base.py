@@ -9,6 +9,7 @@ That shape is what the tuned-kernel cutter (``backend/cpu/tuned.py``) cuts into 
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
 from tvm.s_tir.dlight.analysis import get_sblock_info
@@ -85,6 +86,40 @@ def single_reduction(sch: s_tir.Schedule):
     return found
 
 
+def float32_reduction(rule: CPUScheduleRule, func, target: Target, matches):
+    """``(schedule, block, loops, extents)``: the one reduction block of ``func``, its loops
+    and their extents, when ``rule`` applies to ``target``, ``matches(sch, block)`` accepts
+    the block, it writes float32 and every loop has a constant extent; else None. Every
+    other root block must be injective."""
+    if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
+        return None
+    sch = s_tir.Schedule(func)
+    block = single_reduction(sch)
+    if block is None or not matches(sch, block):
+        return None
+    if str(sch.get(block).writes[0].source.dtype) != "float32":
+        return None
+    loops = sch.get_loops(block)
+    extents = [extent_of(sch, loop) for loop in loops]
+    if any(e is None for e in extents):
+        return None
+    return sch, block, loops, extents
+
+
+def split_producers(sch: s_tir.Schedule, block) -> list | None:
+    """Inline the producers of ``block`` that are plain copies; the others (padding) are
+    returned, or None when one of them has producers of its own."""
+    pads = []
+    for producer in sch.get_producers(block):
+        if is_copy(sch, producer):
+            sch.compute_inline(producer)
+        else:
+            pads.append(producer)
+    if any(sch.get_producers(p) for p in pads):
+        return None
+    return pads
+
+
 def inline_epilogue(sch: s_tir.Schedule, writeback) -> bool:
     """Inline every injective consumer chain of ``writeback`` into it (bias add, relu, ...).
     True when nothing is left after it at the root."""
@@ -111,3 +146,52 @@ def split_divisible(extent: int, wanted: int) -> int:
 def extent_of(sch: s_tir.Schedule, loop) -> int | None:
     extent = sch.get(loop).extent
     return int(extent.value) if isinstance(extent, tirx.IntImm) else None
+
+
+def loop_var_of(sch: s_tir.Schedule, loop) -> tirx.Var:
+    return sch.get(loop).loop_var
+
+
+def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent: int):
+    """``func`` with the last tile of a split that does not divide ``extent`` shifted back to
+    end at ``extent``: in every block binding ``tile_var * tile`` becomes ``min(tile_var *
+    tile, extent - tile)``, and the predicates that mention ``tile_var`` (the split's tail
+    guard) are dropped. The last tile then overlaps the one before it instead of running
+    with a predicate, which TVM 0.27's ``VectorizeLoop`` scalarizes (docs/kernel-quality.md).
+    Correct when each element under the tile loop is computed from the inputs alone, so that
+    computing it twice writes the same value. Apply after the last schedule primitive: the
+    bindings are no longer affine. None when a binding uses ``tile_var`` otherwise, or the
+    extent is shorter than one tile."""
+    if extent < tile:
+        return None
+    dtype = str(tile_var.ty)
+    start = tirx.Mul(tile_var, tirx.IntImm(dtype, tile))
+    shifted = tirx.Min(start, tirx.IntImm(dtype, extent - tile))
+    placeholder = tirx.Var("tile_start", dtype)
+
+    def mul(node):
+        if isinstance(node.a, tirx.Var) and node.a.same_as(tile_var):
+            if isinstance(node.b, tirx.IntImm) and int(node.b.value) == tile:
+                return placeholder
+        return node
+
+    failed = []
+
+    def realize(node):
+        values = []
+        for value in node.iter_values:
+            value = tvm_ffi.structural_map(value, (tirx.Mul, mul))
+            if any(v.same_as(tile_var) for v in tirx.analysis.undefined_vars(value, [])):
+                failed.append(value)
+            values.append(
+                tvm_ffi.structural_map(
+                    value, (tirx.Var, lambda v: shifted if v.same_as(placeholder) else v)
+                )
+            )
+        predicate = node.predicate
+        if any(v.same_as(tile_var) for v in tirx.analysis.undefined_vars(predicate, [])):
+            predicate = tirx.const(True, "bool")
+        return s_tir.SBlockRealize(values, predicate, node.block)
+
+    body = tvm_ffi.structural_map(func.body, (s_tir.SBlockRealize, realize))
+    return None if failed else func.with_body(body)

@@ -1,20 +1,30 @@
 """Direct NCHW convolution as Relax legalizes it (``conv2d_nchw``: n, f, y, x spatial; rc,
 ry, rx reduction), with its padding producer and fused epilogue (bias add, relu).
 
-Schedule (per output tile of ``FI`` channels x ``XV`` columns of one row)::
+Schedule (per register tile of ``FI`` channels x ``YR`` rows x ``XV`` columns)::
 
-    for p in T.parallel(N * F/FI * H):          # n, f_o, y fused: the rTask loop
-        pad rows of this output row             # only when the padding block really pads
-        for x_o in range(ceil(W / XV)):         # loop-partition hint: no tail predicate
-            acc[FI, XV] = 0                     # register block
-            for rc, ry, rx:                     # reduction, weights stream, input row reused
+    for p in T.parallel(N * H/YR * F/FI):       # the rTask loop: n, y_o, f_o (padded convs,
+                                                # so each padded row block is made once) or
+                                                # n, f_o, y_o (unpadded)
+        pad the input rows of these YR rows     # only when the padding block really pads
+        for x_o in range(ceil(W / XV)):         # last tile shifted back to end at W
+            acc[FI, YR, XV] = 0                 # register tile
+            for rc, ry, rx:                     # reduction, weights stream, input rows reused
                 for f_i in unroll(FI):
-                    for x_i in vectorized(XV):  # output columns: contiguous in and out
-                        acc[f_i, x_i] += in[rc, y*s + ry, (x_o*XV + x_i)*s + rx] * w[f, rc, ry, rx]
+                    for y_i in unroll(YR):
+                        for x_i in vectorized(XV):   # output columns: contiguous in and out
+                            acc[f_i, y_i, x_i] += in[rc, y*s + ry, x*s + rx] * w[f, rc, ry, rx]
             out[f, y, x] = relu(acc + bias)     # epilogue inlined into the write-back
 
 The accumulator is a ``local`` cache of the output (``cache_write``), so after unrolling
 LLVM keeps it in registers; the epilogue is reverse-inlined into the cache's write-back.
+Every step of the reduction loads ``FI`` weights (broadcast) and ``YR`` input vectors for
+``FI * YR`` FMAs: the tile is the one with the most FMAs per load within the registers.
+
+Columns: ``XV`` is one vector (the target's lanes) when the row is at least that wide; when
+the vector does not divide the row, the last tile starts at ``W - XV`` and recomputes a few
+columns of the one before (``overlap_last_tile``) instead of running a predicated tail,
+which TVM 0.27 scalarizes. A row narrower than a vector is one tile of ``W`` lanes.
 """
 
 from __future__ import annotations
@@ -26,14 +36,13 @@ from tvm.target import Target
 from .base import (
     CPUScheduleRule,
     extent_of,
+    float32_reduction,
     inline_epilogue,
-    is_copy,
-    single_reduction,
-    split_divisible,
+    loop_var_of,
+    overlap_last_tile,
+    split_producers,
     vector_lanes,
 )
-
-PARTITION_HINT = "pragma_loop_partition_hint"
 
 
 def _is_conv_nchw(sch: s_tir.Schedule, block) -> bool:
@@ -57,23 +66,10 @@ def _is_conv_nchw(sch: s_tir.Schedule, block) -> bool:
 
 
 def width_tile(width: int, lanes: int) -> int:
-    """Output columns per register tile, chosen so that no tile has a tail: a multiple of the
-    lanes that divides the row, else the whole row when it fits two vectors, else a divisor
-    in (lanes/2, 2 lanes], else the smallest divisor in (2 lanes, 5 lanes] (111 -> 37: a
-    wide vector LLVM splits), else the lanes (the tail tile is then scalarized: see
-    docs/kernel-quality.md)."""
-    for tile in (2 * lanes, lanes):
-        if width % tile == 0:
-            return tile
-    if width <= 2 * lanes:
-        return width
-    for tile in range(2 * lanes, lanes // 2, -1):
-        if width % tile == 0:
-            return tile
-    for tile in range(2 * lanes + 1, 5 * lanes + 1):
-        if width % tile == 0:
-            return tile
-    return lanes
+    """Output columns per register tile: one vector of ``lanes``, or the whole row when it is
+    narrower (wider tiles of odd widths, e.g. 27, measured several times slower: LLVM splits
+    them into pieces; a tile that does not divide the row overlaps the one before it)."""
+    return min(width, lanes)
 
 
 def _column_stride(sch: s_tir.Schedule, conv) -> int:
@@ -93,56 +89,110 @@ def _column_stride(sch: s_tir.Schedule, conv) -> int:
     return 1
 
 
-class Conv2dNCHW(CPUScheduleRule):
-    """Register-blocked, vectorised direct convolution; see the module docstring.
+def register_tile(
+    channels: int,
+    rows: int,
+    acc_vectors: int,
+    max_channel_block: int,
+    max_rows: int = 4,
+    divides: bool = True,
+) -> tuple[int, int]:
+    """``(FI, YR)``: divisors of the channels and the rows with ``FI * YR`` accumulator
+    vectors within ``acc_vectors``, with the most FMAs per load (``FI*YR / (FI+YR)``); ties go
+    to more channels (fewer padded input rows to make)."""
+    best, best_key = (1, 1), (0.0, 0)
+    for fi in range(1, min(channels, max_channel_block) + 1):
+        if channels % fi:
+            continue
+        for yr in range(1, min(rows, max_rows) + 1):
+            if (divides and rows % yr) or fi * yr > acc_vectors:
+                continue
+            key = (fi * yr / (fi + yr), fi)
+            if key > best_key:
+                best, best_key = (fi, yr), key
+    return best
 
-    ``acc_vectors``: accumulator registers of one tile (output channels x columns), counted
-    in vectors of the target's lanes.
+
+class Conv2dNCHW(CPUScheduleRule):
+    """Register-tiled, vectorised direct convolution; see the module docstring.
+
+    ``acc_vectors``: accumulator vectors of one tile (channels x rows, one vector of columns
+    each); ``max_channel_block`` / ``max_rows``: the largest ``FI`` / ``YR``.
     """
 
-    def __init__(self, acc_vectors: int = 6, max_channel_block: int = 8) -> None:
+    def __init__(
+        self,
+        acc_vectors: int = 24,
+        max_channel_block: int = 8,
+        max_rows: int = 4,
+        flatten: bool = True,
+    ):
+        self.flatten = flatten
         self.acc_vectors = acc_vectors
         self.max_channel_block = max_channel_block
+        self.max_rows = max_rows
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+        found = float32_reduction(self, func, target, _is_conv_nchw)
+        if found is None:
             return None
-        sch = s_tir.Schedule(func)
-        conv = single_reduction(sch)
-        if conv is None or not _is_conv_nchw(sch, conv):
+        sch, conv, (n, f, y, x, rc, ry, rx), extents = found
+        # producers: plain copies are inlined, a real padding block is computed per row tile
+        pads = split_producers(sch, conv)
+        if pads is None:
             return None
-        if str(sch.get(conv).writes[0].source.dtype) != "float32":
-            return None
-        # producers: plain copies are inlined, a real padding block is computed per row below
-        pads = []
-        for producer in sch.get_producers(conv):
-            if is_copy(sch, producer):
-                sch.compute_inline(producer)
-            else:
-                pads.append(producer)
-        if any(sch.get_producers(p) for p in pads):
-            return None
-        n, f, y, x, rc, ry, rx = sch.get_loops(conv)
-        extents = [extent_of(sch, loop) for loop in (n, f, y, x, rc, ry, rx)]
-        if any(e is None for e in extents):
-            return None
-        _, f_ext, _, x_ext, _, _, rx_ext = extents
+        _, f_ext, y_ext, x_ext, _, _, rx_ext = extents
         lanes = vector_lanes(target)
-        xv = min(width_tile(x_ext, lanes), x_ext)
-        if _column_stride(sch, conv) > 1 and xv % lanes:
-            # strided columns are gathered lane by lane: only worth it in whole vectors
-            # (SqueezeNet's 3x3/2 stem, 111 columns: 3x slower than unscheduled; Inception's
-            # 7x7/2 stem, 112 columns: 2.4x faster)
+        xv = width_tile(x_ext, lanes)
+        strided = _column_stride(sch, conv) > 1
+        if strided and (xv % lanes or extents[4] * extents[5] * rx_ext < 16):
+            # strided columns are gathered lane by lane: only worth it in whole vectors and
+            # with enough reduction per gather (a 3x3/2 depthwise conv was 1.9x slower)
             return None
-        budget = self.acc_vectors * lanes
-        fi_ext = split_divisible(f_ext, max(1, min(self.max_channel_block, budget // xv)))
-        fo, fi = sch.split(f, [None, fi_ext])
-        xo, xi = sch.split(x, [None, xv])
-        sch.reorder(n, fo, y, xo, rc, ry, rx, fi, xi)
-        outer = (n, fo, y)
+        # strided rows: one row a tile (SqueezeNet's 3x3/2 stem: 3 rows 4.8x slower)
+        fi_ext, yr_ext = register_tile(
+            f_ext, y_ext, self.acc_vectors, self.max_channel_block, 1 if strided else self.max_rows
+        )
+        flat = self.flatten and not pads and not strided and extents[5] == 1 and rx_ext == 1
+        if flat:
+            # a 1x1 convolution reads its input pixels contiguously: one pixel axis p = y*W + x
+            width = x_ext
+            sch.transform_block_layout(
+                conv, lambda n_, f_, y_, x_, c_, i_, j_: (n_, f_, y_ * width + x_, c_, i_, j_)
+            )
+            n, f, x, rc, ry, rx = sch.get_loops(conv)
+            y = sch.add_unit_loop(x)
+            sch.reorder(y, x)
+            x_ext = y_ext * x_ext
+            xv = width_tile(x_ext, lanes)
+            # ``YR`` counts vectors along the pixel axis: any number that fits
+            fi_ext, yr_ext = register_tile(
+                f_ext,
+                max(x_ext // xv, 1),
+                self.acc_vectors,
+                self.max_channel_block,
+                self.max_rows,
+                divides=False,
+            )
+            fo, fi = sch.split(f, [None, fi_ext])
+            yo = y
+            xo, xin = sch.split(x, [None, yr_ext * xv])
+            yi, xi = sch.split(xin, [yr_ext, xv])
+            xv *= yr_ext
+        else:
+            fo, fi = sch.split(f, [None, fi_ext])
+            yo, yi = sch.split(y, [None, yr_ext])
+            xo, xi = sch.split(x, [None, xv])
+        outer = (n, yo, fo) if pads else (n, fo, yo)
+        sch.reorder(*outer, xo, rc, ry, rx, fi, yi, xi)
         acc = sch.cache_write(conv, 0, "local")
         if not inline_epilogue(sch, acc):
             return None
+        if flat:
+            sch.transform_layout(
+                conv, ("write", 0), lambda n_, f_, y_, x_: (n_, f_, y_ * width + x_)
+            )
+            sch.transform_block_layout(acc, lambda n_, f_, y_, x_: (n_, f_, y_ * width + x_))
         sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
         par = sch.fuse(*outer)
         for pad in pads:
@@ -150,8 +200,10 @@ class Conv2dNCHW(CPUScheduleRule):
         # vectorize and parallelize before decompose_reduction: TVM 0.27 refuses to vectorize
         # or parallelize a loop over the update block once its init is split off ("does not
         # have compact dataflow")
+        lanes_tile = extent_of(sch, xi)
         sch.vectorize(xi)
         sch.unroll(fi)
+        sch.unroll(yi)
         if rx_ext is not None and rx_ext <= 7:
             sch.unroll(rx)
         sch.parallel(par)
@@ -159,13 +211,11 @@ class Conv2dNCHW(CPUScheduleRule):
         for block in (init, acc):
             loops = sch.get_loops(block)[2:]  # under par, x_o
             if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
-                if extent_of(sch, loops[-1]) == xv:
+                if extent_of(sch, loops[-1]) == lanes_tile:
                     sch.vectorize(loops[-1])
             for loop in loops[:-1]:
                 sch.unroll(loop)
-        if x_ext % xv:
-            # a tail tile (only where no tile divides the row, e.g. 111): TVM 0.27's
-            # LoopPartition pass leaves this nest whole, so the predicated vectorized loop is
-            # scalarized, and the schedule primitive ``loop_partition`` segfaults on it
-            sch.annotate(xo, PARTITION_HINT, 1)
-        return sch
+        if x_ext % xv == 0:
+            return sch
+        # the last column tile overlaps the one before it (see the module docstring)
+        return overlap_last_tile(sch.mod["main"], loop_var_of(sch, xo), xv, x_ext)

@@ -24,12 +24,14 @@ from tvm.target import Target
 from .base import (
     CPUScheduleRule,
     extent_of,
+    float32_reduction,
     inline_epilogue,
-    is_copy,
-    single_reduction,
+    loop_var_of,
+    overlap_last_tile,
+    split_producers,
     vector_lanes,
 )
-from .conv2d_nchw import PARTITION_HINT, width_tile
+from .conv2d_nchw import width_tile
 
 
 def _is_pool_nchw(sch: s_tir.Schedule, block) -> bool:
@@ -47,25 +49,12 @@ class Pool2dNCHW(CPUScheduleRule):
     """Vectorised max / average pooling; see the module docstring."""
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+        found = float32_reduction(self, func, target, _is_pool_nchw)
+        if found is None:
             return None
-        sch = s_tir.Schedule(func)
-        pool = single_reduction(sch)
-        if pool is None or not _is_pool_nchw(sch, pool):
-            return None
-        if str(sch.get(pool).writes[0].source.dtype) != "float32":
-            return None
-        pads = []
-        for producer in sch.get_producers(pool):
-            if is_copy(sch, producer):
-                sch.compute_inline(producer)
-            else:
-                pads.append(producer)
-        if any(sch.get_producers(p) for p in pads):
-            return None
-        n, c, y, x, ry, rx = sch.get_loops(pool)
-        extents = [extent_of(sch, loop) for loop in (n, c, y, x, ry, rx)]
-        if any(e is None for e in extents):
+        sch, pool, (n, c, y, x, ry, rx), extents = found
+        pads = split_producers(sch, pool)
+        if pads is None:
             return None
         x_ext, rx_ext = extents[3], extents[5]
         xv = min(width_tile(x_ext, vector_lanes(target)), x_ext)
@@ -90,6 +79,6 @@ class Pool2dNCHW(CPUScheduleRule):
                     sch.vectorize(loops[-1])
             for loop in loops[:-1]:
                 sch.unroll(loop)
-        if x_ext % xv:
-            sch.annotate(xo, PARTITION_HINT, 1)
-        return sch
+        if x_ext % xv == 0:
+            return sch
+        return overlap_last_tile(sch.mod["main"], loop_var_of(sch, xo), xv, x_ext)

@@ -1,0 +1,57 @@
+"""MatmulKN: products with a ``[k, n]`` right operand (dense layers) against TVM's
+unscheduled build: a last column tile shifted back, rows tiles, batches, epilogues."""
+
+import pytest
+
+from tests.backend.cpu.rules.common import (
+    LLVM,
+    NATIVE,
+    assert_close,
+    fused_func,
+    matmul_module,
+    random_args,
+    run,
+)
+from tvm_rtask.backend.cpu.rules import RULE_ATTR, MatmulKN, schedule_cpu_func
+from tvm_rtask.backend.cpu.tuned import make_tuned_cpu_rkernel, outer_parallel_extent
+
+CASES = {
+    # name: (m, k, n, batch, bias, relu)
+    "dense_1000": (1, 64, 1000, None, True, False),  # Inception's classifier, narrow k
+    "rows_odd_n": (4, 37, 20, None, True, True),  # 20 columns: 16 + a shifted 16
+    "batched": (3, 16, 24, 2, False, False),
+    "narrow": (2, 8, 5, None, True, False),  # fewer columns than a vector
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
+def test_rule_matches_unscheduled_build(case, target):
+    func = fused_func(matmul_module(*CASES[case]))
+    scheduled = schedule_cpu_func(func, target)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
+    args = random_args(func)
+    assert_close(run(scheduled, args, target), run(func, args, target))
+
+
+def test_cut_into_rtasks():
+    func = fused_func(matmul_module(1, 64, 1000))
+    scheduled = schedule_cpu_func(func, LLVM)
+    assert outer_parallel_extent(scheduled) == 32  # 1000 columns in tiles of 4 x 8 lanes
+    kernel = make_tuned_cpu_rkernel(scheduled, 4)
+    assert kernel.num_rtasks == 4
+    args = random_args(func)
+    assert_close(run(kernel.func, args), run(func, args))
+
+
+def test_declines_other_products():
+    from tvm import te, tirx
+
+    x = te.placeholder((2, 16), "float32", "x")
+    w = te.placeholder((8, 16), "float32", "w")
+    k = te.reduce_axis((0, 16), "k")
+    # x @ w.T: the reduction innermost in both operands (dlight's GEMV layout)
+    y = te.compute((2, 8), lambda i, j: te.sum(x[i, k] * w[j, k], axis=k), name="nt")
+    func = te.create_prim_func([x, w, y])
+    assert isinstance(func, tirx.PrimFunc)
+    assert MatmulKN().apply(func, LLVM, False) is None
