@@ -1,12 +1,14 @@
 """CPU latency: TVM's default build vs rtask sequential vs rtask wavefront, in one process.
 
 Usage: python bench/cpu_latency.py [--models squeezenet inception_v1] [--threads 2]
-       [--repeat 20] [--json out.json]
+       [--repeat 20] [--target llvm-native] [--json out.json]
 
 Every configuration runs the same ONNX model (the onnx package's light architectures with
 seeded random weights) on the same input; each is checked against ONNX Runtime before it is
 timed. Prints the median, p10 and p90 of ``--repeat`` runs after warm-up, and ratios to TVM's
 default build (``tvm.compile`` of the imported module: legalized, unfused, serial loops).
+Every configuration, TVM's default build included, is compiled for the same ``--target``:
+by default ``llvm-native``, LLVM for this machine's CPU (``llvm`` is a generic x86-64, SSE2).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tvm
 from tvm import relax
 
 import tvm_rtask
+from tvm_rtask.backend import as_target
 from tvm_rtask.runtime import set_num_threads
 from tvm_rtask.testing.onnx_light import (
     load_light_model,
@@ -48,26 +51,26 @@ def _time(vm, args, warmup: int, repeat: int) -> dict:
     return {"median_ms": float(p50), "p10_ms": float(p10), "p90_ms": float(p90)}
 
 
-def _configs(threads: int):
-    yield "tvm_default", lambda mod: tvm.compile(mod, target="llvm")
+def _configs(threads: int, target):
+    yield "tvm_default", lambda mod: tvm.compile(mod, target=target)
     for policy in ("sequential", "wavefront"):
         for barrier in ("fine", "global"):
             yield (
                 f"rtask_{policy}_{barrier}",
                 lambda mod, p=policy, b=barrier: tvm_rtask.compile(
-                    mod, "llvm", policy=p, barrier=b, num_veu=threads
+                    mod, target, policy=p, barrier=b, num_veu=threads
                 ),
             )
 
 
-def bench_model(name: str, threads: int, warmup: int, repeat: int) -> dict:
+def bench_model(name: str, threads: int, warmup: int, repeat: int, target="llvm") -> dict:
     model = load_light_model(name)
     inputs = random_inputs(model)
     reference = onnxruntime_outputs(model, inputs)
     mod = tvm_rtask.frontend.load(model)
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
     result = {"name": name, "batch": 1, "configs": {}}
-    for config, build in _configs(threads):
+    for config, build in _configs(threads, target):
         start = time.perf_counter()
         ex = build(mod)
         compile_s = time.perf_counter() - start
@@ -87,7 +90,7 @@ def bench_model(name: str, threads: int, warmup: int, repeat: int) -> dict:
             f"(p10 {stats['p10_ms']:.2f}, p90 {stats['p90_ms']:.2f}) compile {compile_s:.1f} s",
             flush=True,
         )
-    plan = tvm_rtask.plan(mod, "llvm", policy="wavefront", num_veu=threads)
+    plan = tvm_rtask.plan(mod, target, policy="wavefront", num_veu=threads)
     result["wavefront_report"] = plan.report()
     base = result["configs"]["tvm_default"]["median_ms"]
     for stats in result["configs"].values():
@@ -102,12 +105,23 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument(
+        "--target",
+        default="llvm-native",
+        help="target of every configuration, TVM's default build included (default "
+        "llvm-native: this machine's CPU; llvm: generic x86-64, SSE2; or a JSON dict)",
+    )
     args = parser.parse_args()
+    target = as_target(json.loads(args.target) if args.target.startswith("{") else args.target)
+    print(f"target {target} for every configuration, TVM's default build included")
     set_num_threads(args.threads)
     results = {
         "device": f"cpu ({platform.processor() or platform.machine()}), {args.threads} threads",
+        "target": str(target),
         "versions": {"tvm": tvm.__version__, "tvm_rtask": tvm_rtask.__version__},
-        "models": [bench_model(m, args.threads, args.warmup, args.repeat) for m in args.models],
+        "models": [
+            bench_model(m, args.threads, args.warmup, args.repeat, target) for m in args.models
+        ],
     }
     print("\nratios to TVM's default build (median latency; < 1 is faster):")
     for model in results["models"]:

@@ -54,7 +54,7 @@ def test_readme_numbers_are_rendered_from_the_committed_results():
     found = demo.readme_numbers(readme)
     assert found is not None, "README.md has no generated numbers block"
     block, path = found
-    assert re.fullmatch(r"bench/results/\d{4}-\d\d-\d\d-cpu-demo\.json", path), path
+    assert re.fullmatch(r"bench/results/\d{4}-\d\d-\d\d-cpu-demo(-[a-z0-9-]+)?\.json", path), path
     assert (ROOT / path).is_file(), path
     assert block == demo.readme_block(ROOT / path, ROOT), (
         "README's numbers differ from what the committed results file gives: run "
@@ -106,6 +106,14 @@ def test_explanation_follows_the_numbers():
     assert "wavefront packing changes the time by a factor 0.56." in text
     text = demo.explanation(_results(1.0, 3.0, 2.0, ort=4.0))
     assert "has ratio 3.00, although every" in text and "2.0x slower" in text
+    # every build compiled for the host CPU: the instruction set is not the difference
+    host = {**_results(700.0, 30.0, 25.0, ort=50.0), "target_label": "llvm, mcpu rocketlake"}
+    text = demo.explanation(host)
+    assert "SSE2" not in text and "2.0x slower than the fastest" in text
+    assert "compiled for this CPU (llvm, mcpu rocketlake)" in text
+    assert "every TVM and tvm-rtask build compiled for llvm, mcpu rocketlake" in demo._target_note(
+        host
+    )
 
 
 # -- the demo itself -----------------------------------------------------------------------------
@@ -126,6 +134,12 @@ def test_demo_on_a_tiny_model(tmp_path, capsys):
         "onnxruntime",
     ]
     assert results["configs"]["onnxruntime"]["intra_op_num_threads"] == 2
+    # every build, TVM's default included, for this machine's CPU, and the output says so
+    from tvm_rtask.backend import as_target
+
+    label = demo.target_label(as_target("llvm-native"))
+    assert results["target_label"] == label and f"target {label} for every build" in printed
+    assert results["configs"]["tvm_default"]["label"].endswith(f"{label})")
     for name, config in results["configs"].items():
         assert config["label"] in printed
         assert f"(ratio {config['ratio']:.2f})" in printed
