@@ -111,7 +111,7 @@ def choose_tile(gemm: tuple[int, int, int, int], cap: int, sms: int) -> Tile:
     most MAX_FETCH elements of each operand copied per thread and step."""
     _, m, j, k = gemm
     kt = reduction_step(k)
-    tiles = []
+    tiles, heavy = [], []
     for mi in (4, 2, 1):
         for ji in (4, 2, 1):
             for tm in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -119,10 +119,10 @@ def choose_tile(gemm: tuple[int, int, int, int], cap: int, sms: int) -> Tile:
                     tile = Tile(mi, ji, tm, tj, kt)
                     if not 32 <= tile.threads <= cap or (tm < 8 and tile.bm < m):
                         continue
-                    if max(kt * mi // tj, kt * ji // tm) > MAX_FETCH:
-                        continue
                     waste = (-(-m // tile.bm) * tile.bm) * (-(-j // tile.bj) * tile.bj) / (m * j)
-                    tiles.append((waste, tile))
+                    fetch = max(kt * mi // tj, kt * ji // tm)
+                    (tiles if fetch <= MAX_FETCH else heavy).append((waste, tile))
+    tiles = tiles or heavy
     best_waste = min(w for w, _ in tiles)
     allowed = [t for w, t in tiles if w <= max(MAX_WASTE, best_waste)]
     timed = [(estimate_cycles(t, gemm, sms), t) for t in allowed]
