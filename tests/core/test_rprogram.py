@@ -153,6 +153,25 @@ def test_json_round_trip_and_append_after():
     assert q.entries[1][-1] == c
 
 
+def test_older_plans_with_one_dict_per_entry_still_load():
+    g, p = two_op_program()
+    older = {
+        "name": p.name,
+        "num_veu": p.num_veu,
+        "ops": p.ops(),
+        "entries": [
+            [{"waits": [list(w) for w in e.waits]} if hasattr(e, "waits") else e.to_dict()
+             for e in es]
+            for es in p.entries
+        ],
+    }  # fmt: skip
+    assert RProgram.from_dict(older) == p
+    compact = p.to_dict()
+    assert all(isinstance(e, (list, dict)) for es in compact["entries"] for e in es)
+    with pytest.raises(PlanError, match="malformed task entry"):
+        RProgram.from_dict(dict(compact, entries=[[[99, 0, 0, 0]], []]))
+
+
 def test_checkpoint_rollback():
     g, p = two_op_program()
     before = p.to_dict()
