@@ -44,6 +44,9 @@ class RTaskOptions:
     max_ops_per_program: int | None = None  # rProgram cap (None: the backend's default)
     max_kernels_per_program: int | None = None  # distinct kernels (None: backend default)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
+    # an rProgram the cost model predicts slower than its operators as ordinary kernels is
+    # replaced by them (None: off)
+    ordinary_fallback: bool | None = None
     db: str | None = None  # MetaSchedule work directory whose tuned kernels replace the defaults
     policy_options: dict = field(default_factory=dict)  # the policy's own (ios: r, s, ...)
     cost: Any = "analytical"  # "analytical" or a schedule.CostModel (e.g. a measured one)
@@ -81,6 +84,7 @@ class RTaskOptions:
             "verify_occupancy",
             "cooperative_launch",
             "ios_merge",
+            "ordinary_fallback",
             "cpu_rules",
             "cuda_rules",
         ):

@@ -66,6 +66,7 @@ class PlanRPrograms:
             policy=options.policy,
             cost=options.cost_model(),
             sync="counters" if backend.barrier(options) == "counter" else "steps",
+            ordinary_fallback=bool(options.ordinary_fallback),
             **policy_arguments(options, backend),
         )
         plan.options = options.to_dict()

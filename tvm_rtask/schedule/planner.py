@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.graph import RGraph
-from ..core.plan import Plan
+from ..core.plan import OrdinaryCall, Plan
+from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
 from ..errors import OptionError
 from .cost import AnalyticalCostModel, CostModel
 from .policy import Policy
 from .registry import get_policy
-from .simulate import ideal_us, simulate_plan
+from .simulate import ideal_us, simulate_plan, simulate_program
 
 
 def make_plan(
@@ -20,12 +21,15 @@ def make_plan(
     policy: str | Policy = "wavefront",
     cost: CostModel | None = None,
     sync: str = "steps",
+    ordinary_fallback: bool = False,
     **options: Any,
 ) -> Plan:
     """A validated Plan; ``options`` go to the policy (unknown ones are an OptionError).
 
     ``sync`` is what the rPrograms will run with (``Plan.validate``): ``"counters"`` checks
-    the dependency counters derived from the placement instead of its barrier entries."""
+    the dependency counters derived from the placement instead of its barrier entries.
+    ``ordinary_fallback``: an rProgram the cost model predicts slower than its operators as
+    ordinary kernels is replaced by them (:func:`fall_back_to_ordinary`)."""
     cost = cost or AnalyticalCostModel()
     if isinstance(policy, Policy):
         if options:
@@ -34,8 +38,30 @@ def make_plan(
     else:
         pol = get_policy(policy, **options)
     steps = pol.plan(graph, vdevice, cost)
+    if ordinary_fallback:
+        steps = fall_back_to_ordinary(steps, graph, vdevice, cost)
     plan = Plan(graph, vdevice, steps, policy=pol.name, policy_options=dict(pol.options))
     plan.validate(sync)
     plan.estimated_us = simulate_plan(steps, graph, vdevice, cost)
     plan.ideal_us = ideal_us(graph, vdevice, cost)
     return plan
+
+
+def fall_back_to_ordinary(steps: list, graph: RGraph, vdevice: VDevice, cost: CostModel) -> list:
+    """Each rProgram predicted slower than its operators run as ordinary kernels (one launch
+    each, in topological order) becomes those ordinary calls, so the plan's estimate is never
+    above running every operator ordinarily. How far that holds on the device is how far the
+    cost model is calibrated (``runtime.measured_cost_model``)."""
+    out: list = []
+    for step in steps:
+        if isinstance(step, RProgram):
+            ops = sorted(step.ops(), key=graph.index)
+            persistent = simulate_program(step, graph, vdevice, cost).total_us
+            ordinary = sum(
+                cost.launch_us(vdevice) + cost.ordinary_us(graph.op(op), vdevice) for op in ops
+            )
+            if ordinary < persistent:
+                out += [OrdinaryCall(op) for op in ops]
+                continue
+        out.append(step)
+    return out
