@@ -97,6 +97,12 @@ def test_missing_arrival_and_cycles_are_reported():
     no_arrival = [[i for i in s if not (isinstance(i, Arrive) and i.op == "b")] for s in scripts]
     with pytest.raises(PlanError, match="add 0 to its counter"):
         check_counter_scripts(prog, g, no_arrival)
+    # an arrival must follow the run it counts (the CUDA lowering relies on that run's sync)
+    moved = [list(s) for s in scripts]
+    k = next(k for k, i in enumerate(moved[0]) if isinstance(i, Arrive))
+    moved[0].insert(0, moved[0].pop(k))
+    with pytest.raises(PlanError, match="without running"):
+        check_counter_scripts(prog, g, moved)
     # vEU 0 waits for b before running its own a task: b needs a, a never completes
     cycle = [list(s) for s in scripts]
     cycle[0].insert(0, CounterWait(("b",)))

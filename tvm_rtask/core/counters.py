@@ -142,21 +142,30 @@ def counter_stats(program: RProgram, graph: RGraph, scripts=None) -> dict[str, i
 
 
 def check_counter_scripts(program: RProgram, graph: RGraph, scripts) -> None:
-    """Raise unless the scripts run every task once, count every awaited task, cover every
-    dependency and cannot deadlock."""
+    """Raise unless the scripts run every task once, count every awaited task right after
+    running it, cover every dependency and cannot deadlock."""
     name = program.name or "rProgram"
     total = task_counts(program)
     preds = _in_program_preds(program, graph)
     ran: dict[tuple[str, int], int] = {}
     arrived: dict[str, int] = {}
     for veu, script in enumerate(scripts):
-        for item in script:
+        for k, item in enumerate(script):
             if isinstance(item, Run):
                 for i in item.ids():
                     if (item.op, i) in ran:
                         raise PlanError(f"{name}: {item.op} rtask {i} runs twice (vEU {veu})")
                     ran[(item.op, i)] = veu
             elif isinstance(item, Arrive):
+                # the CUDA lowering publishes right after the run's closing __syncthreads
+                before = script[k - 1] if k else None
+                if not (
+                    isinstance(before, Run) and (before.op, before.count) == (item.op, item.count)
+                ):
+                    raise PlanError(
+                        f"{name}: vEU {veu} arrives at {item.op}'s counter without running "
+                        f"{item.count} of its rTasks just before"
+                    )
                 arrived[item.op] = arrived.get(item.op, 0) + item.count
     if len(ran) != program.num_tasks:
         raise PlanError(f"{name}: the counter scripts run {len(ran)} of {program.num_tasks} rTasks")

@@ -429,13 +429,16 @@ def build_cuda_dispatcher(
     wait = tirx.SeqStmt([poll_loop, _sync()])
 
     first_thread = tirx.EQ(tx, _i32(0))
-    if counters:  # RUN ended with __syncthreads: the block's writes are ordered before it
+    if counters:
+        # an ARRIVE always follows its RUN, which ended with __syncthreads: the block's
+        # writes are ordered before thread 0's fence and add, no second barrier needed
         publish = _device_call("tvm_rtask_arrive", sync_ptr(a), b)
+        signal = tirx.IfThenElse(first_thread, publish, None)
         publish_kind = ARRIVE
     else:
         publish = _device_call("tvm_rtask_signal", sync_ptr(bx), a)
+        signal = tirx.SeqStmt([_sync(), tirx.IfThenElse(first_thread, publish, None)])
         publish_kind = SIGNAL
-    signal = tirx.SeqStmt([_sync(), tirx.IfThenElse(first_thread, publish, None)])
     dispatch = tirx.SeqStmt(
         [
             *load_entry,
