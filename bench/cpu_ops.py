@@ -167,6 +167,38 @@ def _shapes(model) -> dict[str, list[int]]:
     return shapes
 
 
+def _folded_constants(model, inits: dict) -> dict:
+    """The outputs of nodes that read only constants (e.g. a Reshape of a weight), as
+    initializers: TVM folds them at compile time, so they are no operator of the model."""
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    known, values = set(inits), {}
+    for node in model.graph.node:
+        if node.input and all(not i or i in known for i in node.input):
+            feeds = {i: numpy_helper.to_array(inits[i]) for i in node.input if i in inits}
+            feeds.update({i: values[i] for i in node.input if i in values})
+            single = _single_node_model(model, node, feeds)
+            outputs = ReferenceEvaluator(single).run(None, {})
+            for name, value in zip(node.output, outputs, strict=True):
+                values[name] = value
+                known.add(name)
+    return {n: numpy_helper.from_array(np.asarray(v), n) for n, v in values.items()}
+
+
+def _single_node_model(model, node, feeds: dict):
+    from onnx import helper, numpy_helper
+
+    graph = helper.make_graph(
+        [node],
+        "fold",
+        [],
+        [helper.make_empty_tensor_value_info(o) for o in node.output],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in feeds.items()],
+    )
+    return helper.make_model(graph, opset_imports=list(model.opset_import))
+
+
 def onnx_operators(model) -> list[dict]:
     """Each distinct operator of ``model``: ``{"key", "ops", "nodes", "uses", "model"}``, where
     ``model`` is a one-operator ONNX model (the node, or a Conv / Gemm / MatMul and the Relu
@@ -178,11 +210,12 @@ def onnx_operators(model) -> list[dict]:
     graph = model.graph
     shapes = _shapes(model)
     inits = {t.name: t for t in graph.initializer}
+    inits.update(_folded_constants(model, inits))
     consumers: dict[str, int] = {}
     for node in graph.node:
         for name in node.input:
             consumers[name] = consumers.get(name, 0) + 1
-    nodes = list(graph.node)
+    nodes = [n for n in graph.node if not all(o in inits for o in n.output)]
     groups, i = [], 0
     while i < len(nodes):
         group = [nodes[i]]

@@ -3,10 +3,11 @@
 A tuned llvm schedule (``RewriteParallelVectorizeUnroll``) fuses the outer spatial tiles of
 the operator into one ``T.parallel`` loop that holds every block. Its iterations are
 independent by construction (MetaSchedule already runs them on separate threads), so the
-loop is cut into rTask chunks along it: ``num_rtasks`` is a divisor of its extent, so no
-chunk needs a bounds check. Inside a vEU every loop runs on one worker thread: the parallel
-kind is removed (a nested parallel launch is not supported inside the dispatcher's),
-vectorized and unrolled loops stay.
+loop is cut into rTask chunks along it: ``num_rtasks`` chunks of ``ceil(extent /
+num_rtasks)`` iterations, the last one guarded by a bounds check when they do not divide the
+extent (an extent such as 125 or 9 then still splits over 2 or 4 vEUs). Inside a vEU every
+loop runs on one worker thread: the parallel kind is removed (a nested parallel launch is not
+supported inside the dispatcher's), vectorized and unrolled loops stay.
 """
 
 from __future__ import annotations
@@ -57,8 +58,11 @@ def _serial(stmt):
 
 
 def chunk_count(extent: int, max_rtasks: int) -> int:
-    """The largest divisor of ``extent`` that is at most ``max_rtasks``."""
-    return max(d for d in range(1, min(extent, max(max_rtasks, 1)) + 1) if extent % d == 0)
+    """How many chunks of ``ceil(extent / n)`` iterations cover ``extent`` for ``n`` = at
+    most ``max_rtasks`` (9 in at most 4: 3 chunks of 3; 125 in 4: 32, 32, 32, 29)."""
+    n = min(extent, max(max_rtasks, 1))
+    inner = -(-extent // n)
+    return -(-extent // inner)
 
 
 def make_tuned_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
@@ -74,12 +78,14 @@ def make_tuned_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
 
 class _Chunker:
     """Rewrite the outer loop ``for i in range(E)`` as ``for c in range(n): for j in
-    range(E // n)`` with ``i = c * (E // n) + j``; ``c`` carries the chunk annotation."""
+    range(ceil(E / n))`` with ``i = c * ceil(E / n) + j`` (guarded by ``i < E`` when ``n``
+    does not divide ``E``); ``c`` carries the chunk annotation."""
 
     def __init__(self, loop: tirx.For, num_rtasks: int) -> None:
         self.var = loop.loop_var
         self.num_rtasks = num_rtasks
-        self.inner = int(loop.extent.value) // num_rtasks
+        self.extent = int(loop.extent.value)
+        self.inner = -(-self.extent // num_rtasks)
 
     def __call__(self, loop: tirx.For):
         if not loop.loop_var.same_as(self.var):
@@ -91,6 +97,8 @@ class _Chunker:
         body = tvm_ffi.structural_map(
             loop.body, (tirx.Var, lambda v: index if v.same_as(self.var) else v)
         )
+        if self.inner * self.num_rtasks != self.extent:  # the last chunk is shorter
+            body = tirx.IfThenElse(tirx.LT(index, IntImm(dtype, self.extent)), body, None)
         inner_loop = tirx.For(
             inner,
             IntImm(dtype, 0),

@@ -28,7 +28,12 @@ from tvm_rtask.backend.cpu.rules import (
 )
 from tvm_rtask.backend.cpu.rules.base import overlap_last_tile
 from tvm_rtask.backend.cpu.rules.conv2d_nchw import register_tile, width_tile
-from tvm_rtask.backend.cpu.tuned import is_tuned, make_tuned_cpu_rkernel, outer_parallel_extent
+from tvm_rtask.backend.cpu.tuned import (
+    chunk_count,
+    is_tuned,
+    make_tuned_cpu_rkernel,
+    outer_parallel_extent,
+)
 from tvm_rtask.relax_passes import prepare_pipeline
 
 CASES = {
@@ -93,11 +98,14 @@ def test_rule_output_is_cut_by_the_tuned_cutter(max_rtasks):
     func = fused_func(conv_module(16, 32, 27, 3, 1, 1))
     scheduled = schedule_cpu_func(func, LLVM)
     kernel = make_tuned_cpu_rkernel(scheduled, max_rtasks)
-    assert outer_parallel_extent(scheduled) % max_rtasks == 0
-    assert kernel.num_rtasks == max_rtasks
+    extent = outer_parallel_extent(scheduled)
+    assert extent == 9  # 27 rows in row tiles of 3
+    # chunks of ceil(9 / n): 1 -> 9; 2 -> 5 + 4 (the last guarded); 4 -> 3 chunks of 3
+    assert kernel.num_rtasks == {1: 1, 2: 2, 4: 3}[max_rtasks] == chunk_count(9, max_rtasks)
+    script = kernel.func.script()
     if max_rtasks > 1:
-        assert CHUNK_ANNOTATION in kernel.func.script()
-        assert "T.parallel" not in kernel.func.script()
+        assert CHUNK_ANNOTATION in script and "T.parallel" not in script
+    assert ("< T.int64(9)" in script) == (max_rtasks == 2)  # the bounds check of 5 + 4
     args = random_args(func)
     assert_close(run(kernel.func, args), run(func, args))
 

@@ -65,6 +65,23 @@ def _is_conv_nchw(sch: s_tir.Schedule, block) -> bool:
     return False
 
 
+def _input_read(sch: s_tir.Schedule, conv) -> int:
+    """Index of the input among the reads of the convolution block (not the weight
+    ``[f, rc, ry, rx]``, not the output it accumulates into)."""
+    stmt = sch.get(conv)
+    ivars = [iv.var for iv in stmt.iter_vars]
+    weight = [ivars[1], *ivars[4:]]
+    out = stmt.writes[0].source
+    for i, read in enumerate(stmt.reads):
+        region = read.region
+        if read.source.same_as(out) or len(region) != 4:
+            continue
+        if all(r.min.same_as(v) for r, v in zip(region, weight, strict=True)):
+            continue
+        return i
+    raise ValueError("no input read")
+
+
 def width_tile(width: int, lanes: int) -> int:
     """Output columns per register tile: one vector of ``lanes``, or the whole row when it is
     narrower (wider tiles of odd widths, e.g. 27, measured several times slower: LLVM splits
@@ -126,7 +143,11 @@ class Conv2dNCHW(CPUScheduleRule):
         max_channel_block: int = 8,
         max_rows: int = 4,
         flatten: bool = True,
+        pad_once: bool = True,
+        deinterleave: bool = True,
     ):
+        self.deinterleave = deinterleave
+        self.pad_once = pad_once
         self.flatten = flatten
         self.acc_vectors = acc_vectors
         self.max_channel_block = max_channel_block
@@ -151,7 +172,11 @@ class Conv2dNCHW(CPUScheduleRule):
             return None
         # strided rows: one row a tile (SqueezeNet's 3x3/2 stem: 3 rows 4.8x slower)
         fi_ext, yr_ext = register_tile(
-            f_ext, y_ext, self.acc_vectors, self.max_channel_block, 1 if strided else self.max_rows
+            f_ext,
+            y_ext,
+            self.acc_vectors,
+            self.max_channel_block,
+            1 if strided and not self.deinterleave else self.max_rows,
         )
         flat = self.flatten and not pads and not strided and extents[5] == 1 and rx_ext == 1
         if flat:
@@ -183,8 +208,32 @@ class Conv2dNCHW(CPUScheduleRule):
             fo, fi = sch.split(f, [None, fi_ext])
             yo, yi = sch.split(y, [None, yr_ext])
             xo, xi = sch.split(x, [None, xv])
-        outer = (n, yo, fo) if pads else (n, fo, yo)
+        # input rows made per row tile (padded, or de-interleaved below): row tiles outside,
+        # the rows made once for every channel block (and for ``groups`` groups of them, so
+        # that a few row tiles still give the vEUs four rTasks)
+        rows_made = bool(pads) or (strided and self.deinterleave)
+        groups = 1
+        if rows_made and self.pad_once:
+            blocks, tiles = f_ext // fi_ext, -(-y_ext // yr_ext)
+            groups = next((g for g in (1, 2, 4) if blocks % g == 0 and tiles * g >= 4), 1)
+            fg, fo = sch.split(fo, [groups, None])
+            outer = (n, yo, fg, fo)
+        else:
+            outer = (n, yo, fo) if rows_made else (n, fo, yo)
         sch.reorder(*outer, xo, rc, ry, rx, fi, yi, xi)
+        if strided and self.deinterleave:
+            # the input rows a row tile reads, copied (or padded) with the columns of each
+            # phase of the stride together: ``x*s + rx`` becomes column ``x + rx//s`` of phase
+            # ``rx % s``, so a vector of outputs reads one contiguous vector
+            stride = _column_stride(sch, conv)
+            if not pads:
+                pads = [sch.cache_read(conv, _input_read(sch, conv), "global")]
+            sch.transform_layout(
+                pads[0],
+                ("write", 0),
+                lambda n_, c_, h_, w_: (n_, c_, h_, w_ % stride, w_ // stride),
+                pad_value=0.0,  # an odd width leaves one unused column in a phase
+            )
         acc = sch.cache_write(conv, 0, "local")
         if not inline_epilogue(sch, acc):
             return None
@@ -194,7 +243,9 @@ class Conv2dNCHW(CPUScheduleRule):
             )
             sch.transform_block_layout(acc, lambda n_, f_, y_, x_: (n_, f_, y_ * width + x_))
         sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
-        par = sch.fuse(*outer)
+        # padded: the rows of one row tile are padded once, for every channel block (fused
+        # with the channel blocks, they were padded again for each)
+        par = sch.fuse(*outer[:3]) if rows_made and self.pad_once else sch.fuse(*outer)
         for pad in pads:
             sch.compute_at(pad, par, preserve_unit_loops=True)
         # vectorize and parallelize before decompose_reduction: TVM 0.27 refuses to vectorize
@@ -209,7 +260,9 @@ class Conv2dNCHW(CPUScheduleRule):
         sch.parallel(par)
         init = sch.decompose_reduction(conv, rc)
         for block in (init, acc):
-            loops = sch.get_loops(block)[2:]  # under par, x_o
+            loops = sch.get_loops(block)
+            x_o = sch.get(xo)
+            loops = loops[[sch.get(lp).same_as(x_o) for lp in loops].index(True) + 1 :]
             if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
                 if extent_of(sch, loops[-1]) == lanes_tile:
                     sch.vectorize(loops[-1])

@@ -83,7 +83,8 @@ class MatmulKN(CPUScheduleRule):
             return None
         m_ext, n_ext = extents[-3], extents[-2]
         lanes = min(vector_lanes(target), n_ext)
-        nv = max(1, min(self.max_col_vectors, n_ext // lanes))
+        # column vectors per tile: as many as fit, keeping four tiles for the vEUs if it can
+        nv = max(1, min(self.max_col_vectors, n_ext // lanes // 4))
         mr = split_divisible(m_ext, max(1, min(self.max_rows, self.acc_vectors // nv)))
         tile = nv * lanes
         mo, mi = sch.split(m, [None, mr])
