@@ -100,8 +100,8 @@ def test_tiles_prefer_4x4_register_tiles_and_fill_the_cap():
     tile = choose_tile((1, 16, 4, 24), 256, 132)
     assert 32 <= tile.threads <= 256
     assert isinstance(tile, Tile)
-    assert [reduction_step(k) for k in (27, 48, 64, 144, 432, 2304, 100)] == [
-        28, 48, 32, 16, 16, 32, 32,
+    assert [reduction_step(k) for k in (27, 36, 48, 64, 144, 432, 2304, 100)] == [
+        28, 36, 16, 32, 16, 16, 32, 32,
     ]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ The convolution block is re-indexed (``transform_block_layout``) as ``C[g, m, j]
 im2col view of the (padded) input, never materialised: its producers are inlined into the
 shared-memory fetch. Schedule (``BM = TM*MI`` pixels x ``BJ = TJ*JI`` channels a block)::
 
-    for b in blockIdx.x(G * J/BJ * M/BM):                 # one rTask: independent blocks
+    for b in blockIdx(M/BM, G * J/BJ):                    # one rTask: independent blocks
       for t in threadIdx.x(TJ * TM):                      # t = tj*TM + tm: 1-D
         acc[JI, MI] = 0                                   # registers
         for ko in range(K / KT):
@@ -75,14 +75,15 @@ class Tile:
 
 def reduction_step(k: int) -> int:
     """Reduction elements staged per step, a multiple of 4 (the register loads are 4 wide):
-    32 when it divides K, else all of a small K (up to 48) rounded up to 4 in one step, else
-    16 when it divides K, else 32 (padded). (24, which divides some K that 32 does not, made
-    ptxas use 95 registers instead of 59 on SqueezeNet's 3x3 convolutions.)"""
+    32 or 16 when it divides K, else all of a small K (up to 48) rounded up to 4 in one step,
+    else 32 (padded). (24, which divides some K that 32 does not, made ptxas use 95 registers
+    instead of 59 on SqueezeNet's 3x3 convolutions; 48 in one step, 768 FMAs unrolled, spilled
+    on SqueezeNet's 48 -> 192 1x1.)"""
     if k % 32 == 0:
         return 32
-    if k <= 48:
-        return -(-k // 4) * 4
-    return 16 if k % 16 == 0 else 32
+    if k % 16 == 0:
+        return 16
+    return -(-k // 4) * 4 if k <= 48 else 32
 
 
 def estimate_cycles(tile: Tile, gemm: tuple[int, int, int, int], sms: int) -> float:
@@ -221,9 +222,15 @@ def schedule_conv_gemm(sch: s_tir.Schedule, info: ConvInfo, tile: Tile):
     ko, k4, ki = sch.split(lk, [None, tile.kt // 4, 4])
     outer = [g] if g is not None else []
     sch.reorder(*outer, bj, bm, tj, tm, ko, k4, ki, ji, mi)
-    bx = sch.fuse(*outer, bj, bm)
+    # two grid axes, as dlight binds them: fused into one, the block's pixel and channel
+    # offsets are a floordiv / floormod of blockIdx.x, and inside a persistent kernel (block
+    # index read from a task table) CompactBufferAllocation could not prove the accumulator
+    # region non-negative: it clamped it with max(0, ...) and the accumulators' indices
+    # stopped being constants (Inception v1: 11,592 clamped register-array indices)
+    by = sch.fuse(*outer, bj) if outer else bj
+    sch.bind(bm, "blockIdx.x")
+    sch.bind(by, "blockIdx.y")
     tx = sch.fuse(tj, tm)
-    sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
     sch.annotate(tx, "pragma_auto_unroll_max_step", UNROLL)
     sch.annotate(tx, "pragma_unroll_explicit", 1)
