@@ -68,7 +68,7 @@ def schedule_depthwise(sch: s_tir.Schedule, info: ConvInfo, ty: int, tx: int, xi
     sch.bind(bx, "blockIdx.x")
     sch.bind(t, "threadIdx.x")
     sch.annotate(t, "pragma_auto_unroll_max_step", UNROLL)
-    sch.annotate(t, "pragma_unroll_explicit", 1)
+    sch.annotate(t, "pragma_unroll_explicit", 0)  # #pragma unroll: see conv2d_nchw.py
     threads = ty * tx
     acc = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
