@@ -25,8 +25,9 @@ all uses of the operator in the model; the rule that scheduled it is named.
 
 ``--e2e``: whole models under ``tvm_rtask.compile(policy="wavefront")`` with the rules off
 and on (option ``cpu_rules``), and ONNX Runtime on the same threads, each checked against
-ONNX Runtime's numbers and timed in interleaved rounds (the medians of all rounds), so that
-load from other processes hits every configuration alike.
+ONNX Runtime's numbers; the rules-on build and ONNX Runtime are timed in interleaved rounds
+(the medians of all rounds), so that load from other processes hits both alike, the much
+slower rules-off build in its own rounds afterwards.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from tvm_rtask.relax_passes import RTaskPrepare
 from tvm_rtask.runtime import set_num_threads
 from tvm_rtask.testing.onnx_light import load_light_model
 
+# Seconds between the blocks of interleaved calls (see ``interleaved``).
+PAUSE_S = 0.1
 # One operator of the ONNX model: these are fused with a Relu that alone consumes them.
 FUSES_RELU = ("Conv", "Gemm", "MatMul")
 
@@ -122,13 +125,17 @@ def bench_model(name: str, target, repeat: int, only: str | None) -> list[dict]:
 
 def interleaved(runners: dict, warmup: int, repeat: int, rounds: int) -> dict[str, dict]:
     """Median, p10 and p90 (ms) of each runner: ``warmup`` calls each, then ``rounds`` rounds
-    of ``repeat`` calls of every runner in turn (load from other processes hits them alike)."""
+    of ``repeat`` calls of every runner in turn (load from other processes hits them alike),
+    a pause of ``PAUSE_S`` before each block."""
     samples = {c: [] for c in runners}
     for run_ in runners.values():
         for _ in range(warmup):
             run_()
     for _ in range(rounds):
         for config, run_ in runners.items():
+            # let the other runtime's worker threads stop spinning (TVM's pool and ONNX
+            # Runtime's both spin after a call) before this one is timed
+            time.sleep(PAUSE_S)
             for _ in range(repeat):
                 start = time.perf_counter()
                 run_()
@@ -394,7 +401,12 @@ def _e2e_model(name: str, threads: int, warmup: int, repeat: int, rounds: int, t
     session = ort_session(model, threads)
     runners["onnxruntime"] = lambda: session.run(None, inputs)
     result["configs"]["onnxruntime"] = {}
-    for config, stats in interleaved(runners, warmup, repeat, rounds).items():
+    # the rules-off build is 30x slower: timed in its own rounds after the others, so that
+    # its seconds of two busy threads do not sit between the runs compared with ONNX Runtime
+    slow = {"rtask_wavefront_rules_off": runners.pop("rtask_wavefront_rules_off")}
+    stats_of = interleaved(runners, warmup, repeat, rounds)
+    stats_of.update(interleaved(slow, 1, repeat, rounds))
+    for config, stats in stats_of.items():
         result["configs"][config].update(stats)
         print(
             f"{name:13s} {config:28s} median {stats['median_ms']:9.2f} ms "
