@@ -121,6 +121,11 @@ class CPUBackend(Backend):
                 raise OptionError(
                     f"option {key} applies to CUDA targets only, not to {self.target.kind.name}"
                 )
+        if options.barrier == "counter":
+            raise OptionError(
+                "barrier='counter' (dependency counters) is implemented on CUDA only; on llvm "
+                "use barrier='fine' (step arrays, the default) or 'global'"
+            )
 
     def device_spec(self, options):
         return cpu_spec(options.num_veu or worker_capacity())
@@ -128,11 +133,6 @@ class CPUBackend(Backend):
     def program_limits(self, options) -> dict[str, int]:
         cap = options.max_ops_per_program
         kernels = options.max_kernels_per_program
-        if options.barrier == "counter":
-            raise OptionError(
-                "barrier='counter' (dependency counters) is implemented on CUDA only; on llvm "
-                "use barrier='fine' (step arrays, the default) or 'global'"
-            )
         return {
             "max_ops_per_program": MAX_OPS_PER_PROGRAM if cap is None else cap,
             "max_kernels_per_program": 0 if kernels is None else kernels,
