@@ -67,8 +67,12 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 def _option_args(p: argparse.ArgumentParser, policy: bool = True) -> None:
     if policy:
         p.add_argument("--policy", default=None, help="wavefront (default), sequential, ...")
-    p.add_argument("--barrier", default=None, choices=("fine", "global", "counter"),
-        help="default: fine on llvm, counter on CUDA")
+    p.add_argument(
+        "--barrier",
+        default=None,
+        choices=("fine", "global", "counter"),
+        help="default: fine on llvm, counter on CUDA",
+    )
     p.add_argument("--num-veu", type=int, default=None, help="vEUs (CPU: worker threads)")
     p.add_argument("--db", default=None, help="tuning work directory (tvm-rtask tune --db)")
     p.add_argument(
