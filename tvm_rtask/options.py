@@ -47,7 +47,9 @@ class RTaskOptions:
     # an rProgram the cost model predicts slower than its operators as ordinary kernels is
     # replaced by them (None: off)
     ordinary_fallback: bool | None = None
-    db: str | None = None  # MetaSchedule work directory whose tuned kernels replace the defaults
+    # MetaSchedule work directory whose tuned kernels replace the defaults; None: the shipped
+    # record set matching the target (records/sets.py); False or "none": no records
+    db: str | bool | None = None
     policy_options: dict = field(default_factory=dict)  # the policy's own (ios: r, s, ...)
     cost: Any = "analytical"  # "analytical" or a schedule.CostModel (e.g. a measured one)
 
@@ -91,8 +93,11 @@ class RTaskOptions:
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise OptionError(f"{key} must be True or False, not {value!r}")
-        if self.db is not None and not isinstance(self.db, str):
-            raise OptionError(f"db must be a directory path (str), not {self.db!r}")
+        if self.db is not None and self.db is not False and not isinstance(self.db, str):
+            raise OptionError(
+                f"db must be a directory path (str), False or 'none' (no records), or unset "
+                f"(the shipped record set of the target), not {self.db!r}"
+            )
         if not _is_int(self.spin_timeout_ms) or self.spin_timeout_ms < 1:
             raise OptionError(f"spin_timeout_ms must be >= 1, not {self.spin_timeout_ms!r}")
         if not isinstance(self.cost, CostModel) and self.cost not in COST_MODELS:
@@ -143,6 +148,8 @@ def config_types() -> dict[str, str]:
             continue
         annotation = str(f.type)
         kind = "bool" if "bool" in annotation else "int" if "int" in annotation else "str"
+        if annotation.startswith("str"):  # db: a path, or "none" for no records
+            kind = "str"
         types[f"rtask.{f.name}"] = kind
     return types
 

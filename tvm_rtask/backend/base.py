@@ -104,10 +104,10 @@ class Backend:
         raise NotImplementedError
 
 
-def load_tuned(db: str | None, kind: str):
+def load_tuned(db: str | bool | None, kind: str):
     """The ``kind`` tuning records of work directory ``db`` (MetaSchedule is imported only
-    then)."""
-    if db is None:
+    then); None when ``db`` is None or False (no records)."""
+    if db is None or db is False:
         return None
     from ..records import load_tuned as load
 

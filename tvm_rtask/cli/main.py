@@ -74,7 +74,12 @@ def _option_args(p: argparse.ArgumentParser, policy: bool = True) -> None:
         help="default: fine on llvm, counter on CUDA",
     )
     p.add_argument("--num-veu", type=int, default=None, help="vEUs (CPU: worker threads)")
-    p.add_argument("--db", default=None, help="tuning work directory (tvm-rtask tune --db)")
+    p.add_argument(
+        "--db",
+        default=None,
+        help="tuning work directory (tvm-rtask tune --db); default: the shipped record set "
+        "of the target (llvm with AVX2: x86_64-avx2), 'none': no records",
+    )
     p.add_argument(
         "--option",
         action="append",

@@ -6,6 +6,8 @@ the plan as JSON in the module attribute ``rtask.plan`` for ``LowerRPrograms``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import tvm
 
 from ..backend import as_target, get_backend, target_dict
@@ -24,13 +26,19 @@ __all__ = ["PLAN_ATTR", "PlanRPrograms", "as_target", "plan_options"]
 
 def plan_options(explicit: dict, ctx: tvm.transform.PassContext | None, target) -> RTaskOptions:
     """Options resolved once (keywords, ``rtask.*`` keys, defaults) and checked by the
-    target's backend (an option that does not apply to the target is an OptionError)."""
+    target's backend (an option that does not apply to the target is an OptionError).
+
+    ``db`` comes back concrete: a work directory, or False for none; left unset it is the
+    shipped record set matching ``target`` (``records.sets.resolve_db``)."""
+    from ..records.sets import resolve_db
+
     if isinstance(explicit, RTaskOptions):
         options = explicit
     else:
         options = resolve_options(explicit, ctx.config if ctx is not None else None)
     get_backend(target).check_options(options)
-    return options
+    db = resolve_db(options.db, as_target(target), options.device)
+    return options if db == options.db else replace(options, db=db)
 
 
 def policy_arguments(options: RTaskOptions, backend) -> dict:

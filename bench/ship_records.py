@@ -1,0 +1,331 @@
+"""Build a shipped record set (``tvm_rtask/records/shipped/<set>/``): tune, compare, prune.
+
+Usage:
+    python bench/ship_records.py tune --work /tmp/ship-avx2 [--models light:squeezenet
+        light:inception_v1 zoo:alexnet ...] [--trials-per-op 16] [--seconds 3600]
+    python bench/ship_records.py ship --work /tmp/ship-avx2 [--models ...] [--set x86_64-avx2]
+        [--repeat 20] [--rounds 3] [--json bench/results/...json]
+
+``tune`` runs :func:`tvm_rtask.tuning.tune` on each model in turn into one scratch work
+directory, for the set's tuning target (``x86_64-avx2``: ``{"kind": "llvm", "mcpu":
+"haswell", "num-cores": 2}``, AVX2 without AVX-512, so the records run on any AVX2 CPU).
+``--seconds`` is the budget of the whole command (models share what is left); the work
+directory is resumable, so run it in the background and again until every operator is done.
+
+``ship`` takes, for each tuned operator of the models, the best record and times it against
+what ``tvm_rtask.compile`` builds for the same operator without records (the CPU schedule
+rules' schedule, or the unscheduled TIR where no rule applies), both with ``tvm.compile``
+for the set's target and, when this machine's CPU differs, for the host CPU too
+(``llvm-native``), in one process, interleaved, ``--rounds`` rounds of ``--repeat`` calls each
+on 2 worker threads, medians. A record is kept only where it is faster than the rules under
+every target timed; the kept records (best record only) and their workloads are written as a
+compact MetaSchedule JSON database, with ``manifest.json`` saying what was tuned, how, and
+every operator's times (kept or not).
+
+Model specs: ``light:<name>`` (``tvm_rtask.testing.onnx_light``, as ``bench/cpu_ops.py``
+compiles them) or ``zoo:<name>`` (``tvm_rtask.models``, batch 1, full size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+# Set name -> the target its records are tuned and compared for.
+SET_TARGETS = {
+    "x86_64-avx2": {"kind": "llvm", "mcpu": "haswell"},
+}
+DEFAULT_MODELS = ["light:squeezenet", "light:inception_v1"]
+NUM_CORES = 2
+PAUSE_S = 0.1
+
+
+def load_spec(spec: str):
+    """An ONNX ModelProto for a model spec (see the module docstring)."""
+    kind, _, name = spec.partition(":")
+    if kind == "light":
+        from tvm_rtask.testing.onnx_light import load_light_model
+
+        return load_light_model(name)
+    if kind == "zoo":
+        import tvm_rtask.models as zoo
+
+        return zoo.onnx_model(name, batch=1)
+    raise SystemExit(f"model spec {spec!r} must be light:<name> or zoo:<name>")
+
+
+def set_target(name: str):
+    from tvm.target import Target
+
+    return Target(SET_TARGETS[name])
+
+
+# -- tune -------------------------------------------------------------------------------------
+def cmd_tune(args) -> None:
+    from tvm_rtask.tuning import tune
+    from tvm_rtask.tuning.tasks import extract_tasks, prepared
+
+    deadline = time.monotonic() + args.seconds if args.seconds else None
+    for spec in args.models:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            print(f"{spec}: no time left", flush=True)
+            break
+        model = load_spec(spec)
+        count = len(extract_tasks(prepared(model)))
+        print(f"{spec}: {count} operators, {args.trials_per_op} trials each", flush=True)
+        report = tune(
+            model,
+            set_target(args.set),
+            args.work,
+            trials=args.trials_per_op * count,
+            seconds=left,
+            num_trials_per_iter=args.trials_per_iter,
+            num_cores=NUM_CORES,
+            progress=False,
+        )
+        print(
+            f"{spec}: tuned {len(report.tuned)}, reused {report.reused}, "
+            f"pending {len(report.pending)} in {report.seconds:.0f} s",
+            flush=True,
+        )
+
+
+# -- ship -------------------------------------------------------------------------------------
+def _build(func, target):
+    import tvm
+
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
+    return lib.jit() if hasattr(lib, "jit") else lib
+
+
+def _args_of(func, seed: int = 0) -> list:
+    import tvm
+
+    rng = np.random.default_rng(seed)
+    return [
+        tvm.runtime.tensor(rng.standard_normal([int(s) for s in p.shape]).astype(p.dtype))
+        for p in func.params
+    ]
+
+
+def compare(func, tuned, targets: dict, repeat: int, rounds: int) -> dict:
+    """Median us of the rules' schedule and of ``tuned`` for each target, interleaved."""
+    import tvm
+
+    from tvm_rtask.backend.cpu.backend import _candidates
+
+    out = {}
+    for label, target in targets.items():
+        baseline = _candidates(func, None, target)[0][0]  # what compile uses without records
+        args = _args_of(func)
+        libs = {"rules": _build(baseline, target), "tuned": _build(tuned, target)}
+        results = {}
+        for name, lib in libs.items():
+            copy = [tvm.runtime.tensor(a.numpy()) for a in args]
+            lib["main"](*copy)
+            results[name] = copy[-1].numpy()
+        expect, got = results["rules"], results["tuned"]
+        error = float(np.max(np.abs(got - expect)) / max(np.max(np.abs(expect)), 1e-30))
+        samples = {name: [] for name in libs}
+        timers = {
+            name: lib.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=5)
+            for name, lib in libs.items()
+        }
+        for name in libs:  # warm up
+            timers[name](*args)
+        for _ in range(rounds):
+            for name, timer in timers.items():
+                time.sleep(PAUSE_S)
+                samples[name].extend(float(r) * 1e6 for r in timer(*args).results)
+        medians = {name: float(np.median(v)) for name, v in samples.items()}
+        out[label] = {
+            "rules_us": round(medians["rules"], 2),
+            "tuned_us": round(medians["tuned"], 2),
+            "speedup": round(medians["rules"] / medians["tuned"], 3),
+            "rel_error": error,
+            "rule": _rule_name(baseline),
+        }
+    return out
+
+
+def _rule_name(func) -> str | None:
+    from tvm_rtask.backend.cpu.rules import RULE_ATTR
+
+    attrs = func.attrs
+    return str(attrs[RULE_ATTR]) if attrs is not None and RULE_ATTR in attrs else None
+
+
+def cmd_ship(args) -> None:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    import tvm_rtask
+    from tvm_rtask.backend.cpu.host import host_cpu_name
+    from tvm_rtask.records.database import Ledger, open_database, valid_records
+    from tvm_rtask.records.tuned import TunedKernels
+    from tvm_rtask.runtime import set_num_threads
+    from tvm_rtask.tuning.tasks import extract_tasks, prepared, task_module, workload_key
+
+    set_num_threads(NUM_CORES)
+    target = set_target(args.set)
+    targets = {"set": target}
+    host = host_cpu_name()
+    if host not in ("generic", target.attrs.get("mcpu")) and not args.set_target_only:
+        targets["host"] = tvm_rtask.backend.as_target("llvm-native")
+    work = args.work
+    database = open_database(work, readonly=True)
+    ledger = Ledger(work)
+    tuned = TunedKernels(work, "llvm", top_k=1)
+    out_dir = Path(args.out or ROOT / "tvm_rtask" / "records" / "shipped" / args.set)
+    keep: list = []  # (workload mod, record)
+    operators: dict[str, dict] = {}
+    models: dict[str, dict] = {}
+    for spec in args.models:
+        tasks = extract_tasks(prepared(load_spec(spec)))
+        covered = []
+        for task in tasks:
+            key = workload_key(task.func)
+            entry = operators.get(key)
+            if entry is None:
+                entry = {"name": task.name, "models": [], "calls": 0}
+                records = valid_records(database, task_module(task.func), 1)
+                done = ledger.done(key, "llvm")
+                entry["finished"] = done
+                if not records:
+                    entry.update(kept=False, reason="not tuned")
+                else:
+                    record = records[0]
+                    schedule = tuned.schedules(task.func)[0]
+                    entry["trials"] = len(valid_records(database, task_module(task.func), 10**6))
+                    entry["record_us"] = round(schedule.us, 2)
+                    times = compare(task.func, schedule.func, targets, args.repeat, args.rounds)
+                    entry["times"] = times
+                    wins = all(t["speedup"] > 1.0 for t in times.values())
+                    accurate = all(t["rel_error"] < 1e-4 for t in times.values())
+                    entry["kept"] = wins and accurate
+                    if not accurate:
+                        entry["reason"] = "numbers differ from the rules'"
+                    elif not wins:
+                        entry["reason"] = "not faster than the rules"
+                    if entry["kept"]:
+                        keep.append(record)
+                    print(
+                        f"{spec:20s} {task.name:32s} "
+                        + "  ".join(
+                            f"{lbl}: rules {t['rules_us']:9.1f} tuned {t['tuned_us']:9.1f} us "
+                            f"x{t['speedup']:.2f}"
+                            for lbl, t in times.items()
+                        )
+                        + f"  {'KEEP' if entry['kept'] else 'drop'}",
+                        flush=True,
+                    )
+                operators[key] = entry
+            entry["models"].append(spec)
+            entry["calls"] += task.calls
+            covered.append(key)
+        models[spec] = {
+            "operators": len(tasks),
+            "tuned": sum(1 for k in covered if "times" in operators[k]),
+            "kept": sum(1 for k in covered if operators[k]["kept"]),
+        }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        (out_dir / name).unlink(missing_ok=True)
+    shipped = ms.database.JSONDatabase(work_dir=os.fspath(out_dir))
+    for record in keep:
+        workload = shipped.commit_workload(record.workload.mod)
+        shipped.commit_tuning_record(
+            ms.database.TuningRecord(
+                record.trace,
+                workload,
+                record.run_secs,
+                record.target,
+                record.args_info,
+            )
+        )
+    manifest = {
+        "format": 1,
+        "set": args.set,
+        "target": SET_TARGETS[args.set],
+        "tuning_target": str(tvm_rtask.tuning.tuner.tuning_target(target, NUM_CORES)),
+        "compared_on": {lbl: str(t) for lbl, t in targets.items()},
+        "tvm": tvm.__version__,
+        "tvm_rtask": tvm_rtask.__version__,
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()} {_cpu_model()} ({os.cpu_count()} cores), "
+        f"LLVM host cpu {host}",
+        "command": _commands(work),
+        "rule": "a record is kept only where it was faster than the CPU rules' schedule of "
+        "the same operator (or the unscheduled TIR where no rule applies) under every target "
+        f"of compared_on, timed in one process, interleaved, {args.rounds} rounds x "
+        f"{args.repeat} calls, medians, {NUM_CORES} threads",
+        "models": models,
+        "operators": {k: operators[k] for k in sorted(operators)},
+    }
+    if not keep:
+        manifest["note"] = "no tuned record beat the rules: the set is empty"
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(manifest, indent=1) + "\n")
+    kept = sum(1 for e in operators.values() if e["kept"])
+    tuned_count = sum(1 for e in operators.values() if "times" in e)
+    print(f"kept {kept} of {tuned_count} tuned operators ({len(operators)} in all) -> {out_dir}")
+
+
+def _cpu_model() -> str:
+    from tvm_rtask.backend.cpu.threads import cpu_model_name
+
+    return cpu_model_name()
+
+
+def _commands(work: str) -> list[str]:
+    """The commands that made the set: the tune runs logged in the work directory, and this."""
+    log = Path(work, "ship_commands.txt")
+    done = log.read_text().splitlines() if log.exists() else []
+    return [*done, "python bench/ship_records.py " + " ".join(sys.argv[1:])]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("tune", "ship"):
+        p = sub.add_parser(name)
+        p.add_argument("--work", required=True, help="scratch tuning work directory")
+        p.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
+        p.add_argument("--set", default="x86_64-avx2", choices=sorted(SET_TARGETS))
+        if name == "tune":
+            p.add_argument("--trials-per-op", type=int, default=16)
+            p.add_argument("--trials-per-iter", type=int, default=8)
+            p.add_argument("--seconds", type=float, default=None, help="budget of this run")
+        else:
+            p.add_argument("--repeat", type=int, default=20)
+            p.add_argument("--rounds", type=int, default=3)
+            p.add_argument("--out", help="default tvm_rtask/records/shipped/<set>")
+            p.add_argument("--json", help="also write the manifest here")
+            p.add_argument(
+                "--set-target-only",
+                action="store_true",
+                help="time under the set's target only (not the host CPU's too)",
+            )
+    args = parser.parse_args()
+    if args.command == "tune":
+        os.makedirs(args.work, exist_ok=True)
+        with open(Path(args.work, "ship_commands.txt"), "a") as f:
+            f.write("python bench/ship_records.py " + " ".join(sys.argv[1:]) + "\n")
+        cmd_tune(args)
+    else:
+        cmd_ship(args)
+
+
+if __name__ == "__main__":
+    main()
