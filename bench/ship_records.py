@@ -175,6 +175,7 @@ def cmd_ship(args) -> None:
     from tvm_rtask.records.tuned import TunedKernels
     from tvm_rtask.runtime import set_num_threads
     from tvm_rtask.tuning.tasks import extract_tasks, prepared, task_module, workload_key
+    from tvm_rtask.tuning.tuner import tuning_target
 
     set_num_threads(NUM_CORES)
     target = set_target(args.set)
@@ -257,7 +258,7 @@ def cmd_ship(args) -> None:
         "format": 1,
         "set": args.set,
         "target": SET_TARGETS[args.set],
-        "tuning_target": str(tvm_rtask.tuning.tuner.tuning_target(target, NUM_CORES)),
+        "tuning_target": str(tuning_target(target, NUM_CORES)),
         "compared_on": {lbl: str(t) for lbl, t in targets.items()},
         "tvm": tvm.__version__,
         "tvm_rtask": tvm_rtask.__version__,
