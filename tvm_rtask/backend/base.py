@@ -17,6 +17,7 @@ import tvm
 from tvm.target import Target
 
 from ..core import DeviceSpec, Plan, RProgram, VDevice
+from ..errors import OptionError
 from ..options import RTaskOptions
 from ..tir.common import TensorDecl
 
@@ -72,6 +73,11 @@ class Backend:
         measurement caches; "" when the target says it all."""
         return ""
 
+    def device_name(self) -> str:
+        """The name of the device present (a CPU's model, a GPU's name), which profiles
+        and the synchronisation benchmark record (and key their caches by)."""
+        return self.host_fingerprint() or str(self.target.kind.name)
+
     def tuning_target(self, num_cores: int | None = None) -> Target:
         """The target MetaSchedule tunes for."""
         return self.target
@@ -84,6 +90,16 @@ class Backend:
         vdevice)``: ``rkernels_for(func_name) -> [RKernel]`` adds the rKernels to ``mod``
         (``extract_graph`` calls it), ``vdevice()`` is the vDevice once it has run."""
         raise NotImplementedError
+
+    def standalone_rkernel(
+        self, mod: tvm.IRModule, rkernels_for: Callable, func_name: str, kernel, vdevice: VDevice
+    ) -> tuple[tvm.tirx.PrimFunc, int, int]:
+        """What times rKernel ``kernel`` of ``func_name`` alone (``runtime.profiler``):
+        ``(PrimFunc, blocks, concurrent)``, a callable PrimFunc that runs all its rTasks as
+        one ordinary call, made of ``blocks`` units of work (rTasks, or thread blocks when
+        an rTask groups several) of which ``concurrent`` run at once. ``mod`` and
+        ``rkernels_for`` are what :meth:`make_rkernels` returned."""
+        raise OptionError(f"the {self.name} backend cannot time its rKernels alone")
 
     # -- lowering --------------------------------------------------------------------------
     def lower_program(

@@ -1,17 +1,21 @@
 """The measured cost model: time every rKernel on the device present, derive the time of one
-rTask, and calibrate the analytical model with per-device efficiency factors.
+rTask, measure what a barrier and a launch cost, and calibrate the analytical model.
 
-Each rKernel PrimFunc is built stand-alone with ``tvm.compile`` and timed with TVM's
-``time_evaluator`` on random inputs. On llvm a stand-alone rKernel runs its rTasks one after
-the other on one thread, so one rTask takes the measured time / rTasks; on a GPU the
-stand-alone kernel runs ``concurrent`` rTasks at once (its co-resident blocks), so one rTask
-takes the measured time / rounds. Measurements are cached on disk as one JSON file per
-kernel, keyed by a structural hash of the PrimFunc, the target, the rTask count and the host
-CPU (``TVM_RTASK_CACHE`` or ``~/.cache/tvm_rtask/profiles``).
+Each rKernel is timed alone as its backend says it can run alone
+(``Backend.standalone_rkernel``): on llvm the rKernel PrimFunc itself, which runs its rTasks
+one after the other on one thread, so one rTask takes the measured time / rTasks; on CUDA the
+scheduled kernel the rKernel was made from, built by ``tvm.compile`` with its own grid, of
+which ``concurrent`` blocks run at once (SMs x blocks per SM at the registers ptxas gives
+it), so one block takes the measured time / ``ceil(blocks / concurrent)`` and one rTask its
+share of blocks. Timing is TVM's ``time_evaluator`` on random inputs. Measurements are
+cached on disk as one JSON file per kernel, keyed by a structural hash of the PrimFunc, the
+target, the rTask count and the device (the CPU's model and cores, the GPU's name;
+``TVM_RTASK_CACHE`` or ``~/.cache/tvm_rtask/profiles``); a damaged file is measured again.
 
-Optional: ``tvm_rtask.compile`` keeps the analytical model. Use :func:`measured_cost_model`
-for a :class:`~tvm_rtask.schedule.CalibratedCostModel` of a model, or :func:`plan_measured`
-for a Plan made with it. This module imports TVM; ``tvm_rtask.schedule`` never imports it.
+The synchronisation costs come from :mod:`tvm_rtask.runtime.sync_bench`. Entry points:
+:func:`profile_model` (``tvm-rtask profile``), ``cost="measured"`` (``PlanRPrograms`` calls
+:func:`measured_model_for`), :func:`measured_cost_model` and :func:`plan_measured`. This
+module imports TVM; ``tvm_rtask.schedule`` never imports it.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ import numpy as np
 from ..backend import as_target, get_backend
 from ..backend.cpu.threads import cpu_model_name  # noqa: F401 - part of this module's API
 from ..core import Plan, RGraph, RKernel, ROperator, VDevice
-from ..errors import OptionError
 from ..schedule.cost import CalibratedCostModel, calibrate
 from ..schedule.planner import make_plan
+from .sync_bench import SyncCost
 
 CACHE_ENV = "TVM_RTASK_CACHE"
 FORMAT = 1
@@ -56,6 +60,10 @@ class Measurement:
     target: str
     key: str
     cached: bool = False
+    # what the stand-alone run was made of: ``blocks`` units of work (rTasks on llvm, thread
+    # blocks on CUDA, where a coarsened rTask is several), ``concurrent`` of them at once
+    blocks: int = 0
+    concurrent: int = 1
 
 
 class RKernelProfiler:
@@ -95,8 +103,19 @@ class RKernelProfiler:
         )
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
-    def measure(self, func, num_rtasks: int, name: str = "", concurrent: int = 1) -> Measurement:
-        """Time ``func`` alone; ``concurrent``: rTasks the stand-alone run executes at once."""
+    def measure(
+        self,
+        func,
+        num_rtasks: int,
+        name: str = "",
+        concurrent: int = 1,
+        blocks: int | None = None,
+    ) -> Measurement:
+        """Time ``func`` alone; ``concurrent``: rTasks (or ``blocks``) the stand-alone run
+        executes at once. With ``blocks`` (thread blocks of a CUDA kernel whose rTask groups
+        ``blocks / num_rtasks`` of them) one block takes the time / ``ceil(blocks /
+        concurrent)`` rounds and one rTask its share of blocks."""
+        blocks = num_rtasks if blocks is None else blocks
         key = self.key(func, num_rtasks)
         path = self.cache_dir / f"{key}.json"
         if self.use_cache and path.exists():
@@ -109,8 +128,11 @@ class RKernelProfiler:
             except (OSError, ValueError, TypeError):
                 pass  # a damaged entry is measured again
         total = self._time(func)
-        rounds = math.ceil(num_rtasks / max(1, concurrent))
-        m = Measurement(name, num_rtasks, total, total / rounds, str(self.target), key)
+        rounds = math.ceil(blocks / max(1, concurrent))
+        per_rtask = total / rounds * (blocks / num_rtasks)
+        m = Measurement(
+            name, num_rtasks, total, per_rtask, str(self.target), key, False, blocks, concurrent
+        )
         self.measured += 1
         if self.use_cache:
             self._store(path, m)
@@ -148,6 +170,132 @@ class RKernelProfiler:
         os.replace(f.name, path)
 
 
+@dataclass
+class ModelProfile:
+    """Every distinct rKernel of a model timed alone, the synchronisation benchmark, and the
+    cost model fitted to them (``tvm-rtask profile``)."""
+
+    graph: RGraph
+    vdevice: VDevice
+    measurements: list[Measurement]  # one per distinct rKernel, in graph order
+    samples: list[tuple[ROperator, RKernel, float]]  # (operator, rKernel, us per rTask)
+    sync: SyncCost | None
+    model: CalibratedCostModel
+    device: str = ""  # the device's name (CPU model, GPU name)
+
+    def to_dict(self) -> dict:
+        return {
+            "device": self.device,
+            "target": self.measurements[0].target if self.measurements else "",
+            "vdevice": self.vdevice.to_dict(),
+            "kernels": [
+                {k: v for k, v in asdict(m).items() if k != "key"} for m in self.measurements
+            ],
+            "sync": self.sync.to_dict() if self.sync is not None else None,
+            "cost_model": self.model.to_dict(),
+        }
+
+
+def measure_rkernels(
+    mod,
+    rkernels_for,
+    graph: RGraph,
+    vdevice: VDevice,
+    profiler: RKernelProfiler,
+    all_variants: bool = True,
+) -> tuple[list[Measurement], list[tuple[ROperator, RKernel, float]]]:
+    """Time every distinct rKernel of ``graph`` (every variant, or each operator's first)
+    alone as its backend runs it (``Backend.standalone_rkernel``); ``mod`` and
+    ``rkernels_for`` are what ``make_rkernels`` returned. Returns the measurements (one per
+    rKernel) and one ``(operator, rKernel, us per rTask)`` sample per operator and rKernel."""
+    backend = profiler.backend
+    done: dict[str, Measurement] = {}
+    samples = []
+    for op in graph:
+        if not op.supported or not op.rkernels:
+            continue
+        for kernel in op.rkernels if all_variants else op.rkernels[:1]:
+            if kernel.name not in done:
+                func, blocks, concurrent = backend.standalone_rkernel(
+                    mod, rkernels_for, op.func, kernel, vdevice
+                )
+                done[kernel.name] = profiler.measure(
+                    func, kernel.num_rtasks, kernel.name, concurrent, blocks
+                )
+            samples.append((op, kernel, done[kernel.name].rtask_us))
+    return list(done.values()), samples
+
+
+def measure_model(
+    mod,
+    rkernels_for,
+    graph: RGraph,
+    vdevice: VDevice,
+    options,
+    profiler: RKernelProfiler,
+    sync: bool = True,
+) -> ModelProfile:
+    """:func:`measure_rkernels` (every variant) and the synchronisation benchmark
+    (:func:`~tvm_rtask.runtime.sync_bench.sync_benchmark`, at ``vdevice``'s vEU count and
+    ``options``' barrier), fitted into one :class:`CalibratedCostModel`."""
+    from .sync_bench import sync_benchmark
+
+    measurements, samples = measure_rkernels(mod, rkernels_for, graph, vdevice, profiler)
+    model = calibrate(samples, vdevice)
+    cost = None
+    if sync:
+        cost = sync_benchmark(
+            profiler.target,
+            num_veu=vdevice.num_veu,
+            barrier=options.barrier,
+            cache_dir=profiler.cache_dir,
+            use_cache=profiler.use_cache,
+        )
+        model.barrier_overhead_us = cost.barrier_us
+        model.launch_overhead_us = cost.launch_us
+    name = profiler.backend.device_name()
+    return ModelProfile(graph, vdevice, measurements, samples, cost, model, name)
+
+
+def profile_model(
+    mod,
+    target="llvm",
+    cache_dir: str | os.PathLike | None = None,
+    sync: bool = True,
+    use_cache: bool = True,
+    **options,
+) -> ModelProfile:
+    """Prepare ``mod`` as ``tvm_rtask.plan`` does with ``options`` (the same rKernels, so
+    the same cache entries as ``cost="measured"``), time every distinct rKernel and run the
+    synchronisation benchmark on the device present."""
+    from .. import frontend
+    from ..relax_passes import RTaskPrepare, extract_graph
+    from ..relax_passes.plan import plan_options
+
+    profiler = RKernelProfiler(target, cache_dir=cache_dir, use_cache=use_cache)
+    resolved = plan_options({**options, "cost": "analytical"}, None, profiler.target)
+    prepared = RTaskPrepare(resolved.fusion, profiler.target)(frontend.load(mod))
+    prepared, rkernels_for, vdevice_of = profiler.backend.make_rkernels(prepared.clone(), resolved)
+    graph = RGraph(extract_graph(prepared, rkernels_for).operators)
+    return measure_model(prepared, rkernels_for, graph, vdevice_of(), resolved, profiler, sync)
+
+
+def measured_model_for(mod, rkernels_for, graph: RGraph, vdevice: VDevice, options, target):
+    """``cost="measured"``: the cost model ``PlanRPrograms`` plans with, from the rKernels
+    it has just made (cached measurements where ``$TVM_RTASK_CACHE`` has them, else timed
+    now on the device present) and a short summary for ``Plan.options``."""
+    profile = measure_model(mod, rkernels_for, graph, vdevice, options, RKernelProfiler(target))
+    summary = {
+        "device": profile.device,
+        "kernels": len(profile.measurements),
+        "kernels_cached": sum(m.cached for m in profile.measurements),
+        "barrier_us": profile.model.barrier_overhead_us,
+        "launch_us": profile.model.launch_overhead_us,
+        "factors": {k: list(v) for k, v in profile.model.factors.items()},
+    }
+    return profile.model, summary
+
+
 def profile_module(
     mod,
     target="llvm",
@@ -156,10 +304,11 @@ def profile_module(
     profiler: RKernelProfiler | None = None,
     fusion: str | None = None,
 ) -> tuple[RGraph, VDevice, list[tuple[ROperator, RKernel, float]]]:
-    """Prepare ``mod`` as ``tvm_rtask.compile`` does, make its CPU rKernels and time each.
+    """Prepare ``mod`` as ``tvm_rtask.compile`` does, make its rKernels and time each
+    operator's first (most parallel) one.
 
-    Returns the rOperator graph (rKernel names as ``PlanRPrograms`` gives them), the CPU
-    vDevice and one ``(operator, rKernel, us per rTask)`` sample per distinct rKernel.
+    Returns the rOperator graph (rKernel names as ``PlanRPrograms`` gives them), the
+    vDevice and one ``(operator, rKernel, us per rTask)`` sample per operator.
     """
     from .. import frontend
     from ..options import resolve_options
@@ -167,35 +316,22 @@ def profile_module(
 
     profiler = profiler or RKernelProfiler(target)
     backend = profiler.backend
-    if not backend.rkernels_run_standalone:
-        raise OptionError(
-            f"the {backend.name} backend's rKernels cannot run alone (they take the "
-            "dispatcher's task and thread ids): profile_module cannot time them"
-        )
     options = resolve_options({"num_veu": num_veu, "rtasks_per_veu": rtasks_per_veu})
     backend.check_options(options)
     prepared = RTaskPrepare(fusion, profiler.target)(frontend.load(mod))
-    prepared, variants_for, vdevice_of = backend.make_rkernels(prepared.clone(), options)
-    funcs: dict[str, tuple[object, RKernel]] = {}
+    prepared, rkernels_for, vdevice_of = backend.make_rkernels(prepared.clone(), options)
+    first: dict[str, RKernel] = {}
 
-    def rkernels_for(name: str) -> list[RKernel]:
-        if name not in funcs:
-            kernel = variants_for(name)[0]  # the most parallel variant, in place of ``name``
-            funcs[name] = (prepared[name], kernel)
-        return [funcs[name][1]]
+    def first_rkernel(name: str) -> list[RKernel]:
+        # the most parallel variant only (it replaces ``name`` in the module)
+        if name not in first:
+            first[name] = rkernels_for(name)[0]
+        return [first[name]]
 
-    graph = RGraph(extract_graph(prepared, rkernels_for).operators)
+    first_rkernel.__dict__.update(rkernels_for.__dict__)  # the backend's attributes
+    graph = RGraph(extract_graph(prepared, first_rkernel).operators)
     vdevice = vdevice_of()
-    samples = []
-    done: dict[str, float] = {}
-    for op in graph:
-        if not op.supported:
-            continue
-        kernel = op.rkernels[0]
-        if kernel.name not in done:
-            func, _ = funcs[op.func]
-            done[kernel.name] = profiler.measure(func, kernel.num_rtasks, kernel.name).rtask_us
-        samples.append((op, kernel, done[kernel.name]))
+    _, samples = measure_rkernels(prepared, rkernels_for, graph, vdevice, profiler, False)
     return graph, vdevice, samples
 
 

@@ -114,6 +114,9 @@ class CalibratedCostModel(CostModel):
       task_overhead_us)``: the fraction of peak FLOP rate and bandwidth a real rTask reaches
       and its fixed cost, fitted by :func:`calibrate` from measurements of other kernels.
 
+    * ``barrier_overhead_us`` / ``launch_overhead_us``: the cost of one barrier and of one
+      launch measured on the device (``runtime.sync_bench``); None: the device spec's.
+
     A device without factors is costed like the analytical model. Plain data, JSON-ready.
     """
 
@@ -124,10 +127,17 @@ class CalibratedCostModel(CostModel):
         factors: dict[str, tuple[float, float, float]] | None = None,
         measured: dict[str, float] | None = None,
         default_overhead_us: float = 0.1,
+        barrier_overhead_us: float | None = None,
+        launch_overhead_us: float | None = None,
     ) -> None:
         self.factors = {k: tuple(map(float, v)) for k, v in (factors or {}).items()}
         self.measured = dict(measured or {})
         self.default_overhead_us = default_overhead_us
+        self.barrier_overhead_us = barrier_overhead_us
+        self.launch_overhead_us = launch_overhead_us
+        for what, value in (("barrier", barrier_overhead_us), ("launch", launch_overhead_us)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise PlanError(f"a measured {what} cost must be finite and >= 0, got {value}")
         for dev, (ce, me, ov) in self.factors.items():
             if not (ce > 0 and me > 0 and ov >= 0):
                 raise PlanError(
@@ -145,12 +155,27 @@ class CalibratedCostModel(CostModel):
         compute, memory = roofline_us(op, kernel, vdevice)
         return max(compute / ce, memory / me) + ov
 
+    def barrier_us(self, vdevice: VDevice) -> float:
+        if self.barrier_overhead_us is not None:
+            return self.barrier_overhead_us
+        return super().barrier_us(vdevice)
+
+    def launch_us(self, vdevice: VDevice) -> float:
+        if self.launch_overhead_us is not None:
+            return self.launch_overhead_us
+        return super().launch_us(vdevice)
+
     def to_dict(self) -> dict:
-        return {
+        d = {
             "factors": {k: list(v) for k, v in self.factors.items()},
             "measured": dict(self.measured),
             "default_overhead_us": self.default_overhead_us,
         }
+        if self.barrier_overhead_us is not None:
+            d["barrier_overhead_us"] = self.barrier_overhead_us
+        if self.launch_overhead_us is not None:
+            d["launch_overhead_us"] = self.launch_overhead_us
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> CalibratedCostModel:
@@ -158,10 +183,21 @@ class CalibratedCostModel(CostModel):
             {k: tuple(v) for k, v in d.get("factors", {}).items()},
             d.get("measured", {}),
             d.get("default_overhead_us", 0.1),
+            d.get("barrier_overhead_us"),
+            d.get("launch_overhead_us"),
         )
 
     def __repr__(self) -> str:
-        return f"CalibratedCostModel(factors={self.factors}, measured={len(self.measured)} kernels)"
+        sync = ""
+        if self.barrier_overhead_us is not None or self.launch_overhead_us is not None:
+            sync = (
+                f", barrier_overhead_us={self.barrier_overhead_us}, "
+                f"launch_overhead_us={self.launch_overhead_us}"
+            )
+        return (
+            f"CalibratedCostModel(factors={self.factors}, measured={len(self.measured)} kernels"
+            f"{sync})"
+        )
 
 
 def calibrate(

@@ -108,6 +108,9 @@ class CPUBackend(Backend):
     def host_fingerprint(self) -> str:
         return f"{cpu_model_name()}/{os.cpu_count()}"
 
+    def device_name(self) -> str:
+        return cpu_model_name()
+
     def tuning_target(self, num_cores: int | None = None) -> Target:
         """llvm needs ``num-cores`` for MetaSchedule's parallel rules."""
         config = dict(self.target.export())
@@ -180,6 +183,11 @@ class CPUBackend(Backend):
             return cache[name]
 
         return mod, rkernels_for, lambda: vdevice
+
+    def standalone_rkernel(self, mod, rkernels_for, func_name, kernel, vdevice):
+        """The rKernel's PrimFunc itself: called alone it runs its rTasks one after the
+        other on the calling thread (one at a time)."""
+        return mod[kernel_function(mod, func_name, kernel.name)], kernel.num_rtasks, 1
 
     def lower_program(self, program, plan, options, mod, io: ProgramIO):
         """The llvm persistent PrimFunc: workspaces live inside it."""

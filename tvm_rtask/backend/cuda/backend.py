@@ -149,6 +149,13 @@ class CUDABackend(Backend):
             )
         return dev
 
+    def host_fingerprint(self) -> str:
+        """The GPU's name: a measured time belongs to the device that ran it."""
+        return self.device_name()
+
+    def device_name(self) -> str:
+        return str(self.device().device_name)
+
     def check_options(self, options) -> None:
         if options.cpu_rules is not None:
             raise OptionError("option cpu_rules applies to llvm targets only, not to cuda")
@@ -229,6 +236,8 @@ class CUDABackend(Backend):
         # A multi-output kernel inside the CUDA dispatcher failed TVM's build (buffer rank
         # mismatch, stitched BERT layer); such kernels stay ordinary calls on CUDA for now.
         rkernels_for.multi_output = False
+        # the scheduled kernel each rKernel was made from (standalone_rkernel times it)
+        rkernels_for.sources = sources
 
         def vdevice() -> VDevice:
             # a vEU has the block size of its largest rKernel (exactly cuda_threads if set)
@@ -242,6 +251,28 @@ class CUDABackend(Backend):
             )
 
         return mod, rkernels_for, vdevice
+
+    def standalone_rkernel(self, mod, rkernels_for, func_name, kernel, vdevice):
+        """The scheduled kernel the rKernel was made from, as TVM builds it alone (grid =
+        its thread blocks; an rTask is ``blocks / num_rtasks`` of them when coarsened), and
+        the blocks that run at once: SMs x blocks per SM at the registers ptxas gives that
+        kernel (the rKernel's own count, else DEFAULT_REGISTERS, without nvcc)."""
+        from ...core import blocks_per_sm
+        from .occupancy import source_kernel_registers
+        from .rkernel import _extents
+
+        source = rkernels_for.sources[func_name].with_attr("global_symbol", "main")
+        grid, _ = _extents(source)
+        blocks = 1
+        for extent in grid.values():
+            blocks *= extent
+        measured = source_kernel_registers({func_name: source}, self.target) or {}
+        registers = measured.get(func_name) or kernel.registers or DEFAULT_REGISTERS
+        spec = vdevice.spec
+        dev = tvm.cuda(0)
+        sms = int(dev.multi_processor_count) if dev.exist else spec.num_sms
+        per_sm = blocks_per_sm(spec, kernel.threads, registers, kernel.shared_mem)
+        return source, blocks, max(sms * per_sm, 1)
 
     def _register_budget(self, sources: dict, rkernels: dict) -> int:
         """Registers per thread for the persistent kernels (see DISPATCH_REGISTERS); each
