@@ -18,7 +18,9 @@ from .errors import OptionError
 
 BARRIERS = ("fine", "global", "counter")
 FUSIONS = ("fuseops", "stitch", "none")
-COST_MODELS = ("analytical",)
+# "measured": every rKernel timed alone on the device present and the synchronisation
+# benchmark (runtime.profiler, cached on disk), resolved by PlanRPrograms, which has the module
+COST_MODELS = ("analytical", "measured")
 # Options that travel outside PassContext config keys (a dict and an object).
 _NOT_CONFIG = ("policy_options", "cost")
 
@@ -51,7 +53,8 @@ class RTaskOptions:
     # record set matching the target (records/sets.py); False or "none": no records
     db: str | bool | None = None
     policy_options: dict = field(default_factory=dict)  # the policy's own (ios: r, s, ...)
-    cost: Any = "analytical"  # "analytical" or a schedule.CostModel (e.g. a measured one)
+    # "analytical", "measured" (timed on the device present, cached) or a schedule.CostModel
+    cost: Any = "analytical"
 
     def validate(self) -> RTaskOptions:
         from .schedule import policy_names
@@ -109,9 +112,15 @@ class RTaskOptions:
         return self
 
     def cost_model(self):
-        """The cost model object the planner uses."""
+        """The cost model object the planner uses (``"measured"`` needs the module's
+        rKernels: ``PlanRPrograms`` resolves it with ``runtime.profiler``)."""
         from .schedule.cost import AnalyticalCostModel
 
+        if self.cost == "measured":
+            raise OptionError(
+                "cost='measured' is measured from the module's rKernels: PlanRPrograms "
+                "resolves it (runtime.profiler.measured_model_for)"
+            )
         return AnalyticalCostModel() if self.cost == "analytical" else self.cost
 
     def to_dict(self) -> dict:

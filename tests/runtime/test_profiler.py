@@ -98,3 +98,104 @@ def test_cuda_target_needs_a_gpu():
 
     with pytest.raises(OptionError, match="needs a CUDA GPU"):
         prof.RKernelProfiler({"kind": "cuda", "arch": "sm_90"})
+
+
+def test_rounds_and_blocks_give_the_time_of_one_rtask(tmp_path, monkeypatch):
+    """8 blocks, 2 at once: 4 rounds of 25 us; an rTask of 2 blocks takes 50 us."""
+    p = prof.RKernelProfiler("llvm", cache_dir=tmp_path, use_cache=False)
+    monkeypatch.setattr(p, "_time", lambda func: 100.0)
+    func = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0))
+    m = p.measure(func, 4, "k", concurrent=2, blocks=8)
+    assert (m.total_us, m.rtask_us, m.blocks, m.concurrent) == (100.0, 50.0, 8, 2)
+    m = p.measure(func, 4, "k")  # llvm: rTasks one after the other
+    assert m.rtask_us == 25.0 and m.blocks == 4 and m.concurrent == 1
+
+
+def test_llvm_standalone_rkernel_is_the_rkernel_itself():
+    from tvm_rtask.backend import as_target, get_backend
+    from tvm_rtask.core import RGraph
+    from tvm_rtask.options import resolve_options
+    from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
+
+    target = as_target("llvm")
+    backend = get_backend(target)
+    prepared = RTaskPrepare(None, target)(two_branch_module())
+    mod, rkernels_for, vdevice = backend.make_rkernels(prepared.clone(), resolve_options({}))
+    graph = RGraph(extract_graph(mod, rkernels_for).operators)
+    for op in graph:
+        for k in op.rkernels:
+            func, blocks, concurrent = backend.standalone_rkernel(
+                mod, rkernels_for, op.func, k, vdevice()
+            )
+            assert (blocks, concurrent) == (k.num_rtasks, 1)
+            assert func.same_as(mod[op.func]) == (k is op.rkernels[0])
+
+
+def test_cuda_standalone_rkernel_builds_without_a_gpu():
+    """The scheduled kernel of each CUDA rKernel, its thread blocks and the blocks that run
+    at once: what the profiler times on a GPU (built here as TVM builds it)."""
+    from tvm_rtask.backend import as_target, get_backend
+    from tvm_rtask.core import RGraph
+    from tvm_rtask.options import resolve_options
+    from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
+
+    target = as_target({"kind": "cuda", "arch": "sm_90"})
+    backend = get_backend(target)
+    prepared = RTaskPrepare(None, target)(two_branch_module())
+    mod, rkernels_for, vdevice = backend.make_rkernels(prepared.clone(), resolve_options({}))
+    graph = RGraph(extract_graph(mod, rkernels_for).operators)
+    vd = vdevice()
+    kernels = [(op, k) for op in graph if op.supported for k in op.rkernels]
+    assert kernels
+    for op, k in kernels:
+        func, blocks, concurrent = backend.standalone_rkernel(mod, rkernels_for, op.func, k, vd)
+        assert blocks >= k.num_rtasks and 0 < concurrent <= vd.spec.num_sms * 32
+        assert "rtask_id" not in [p.name for p in func.params]
+        lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+        assert lib is not None
+
+
+def test_measured_cost_option_plans_with_the_profile(tmp_path, monkeypatch):
+    """cost="measured": PlanRPrograms times the module's rKernels and the barrier/launch
+    benchmark (cached), and the plan records it; the graph is the analytical plan's."""
+    import tvm_rtask
+
+    monkeypatch.setenv(prof.CACHE_ENV, str(tmp_path))
+    mod = two_branch_module()
+    measured = tvm_rtask.plan(mod, "llvm", num_veu=2, cost="measured", db=False)
+    analytical = tvm_rtask.plan(mod, "llvm", num_veu=2, db=False)
+    assert measured.options["cost"] == "measured" and measured.options["cost_model"] == "measured"
+    summary = measured.options["measured_cost"]
+    assert summary["kernels"] == len({k.name for op in measured.graph for k in op.rkernels})
+    assert summary["barrier_us"] >= 0 and summary["launch_us"] >= 0
+    assert "cost_model" not in analytical.options
+    assert [op.name for op in measured.graph] == [op.name for op in analytical.graph]
+    same = {
+        k: v
+        for k, v in measured.options.items()
+        if k not in ("cost", "cost_model", "measured_cost")
+    }
+    assert same == {k: v for k, v in analytical.options.items() if k != "cost"}
+    # everything came from the cache the second time
+    again = tvm_rtask.plan(mod, "llvm", num_veu=2, cost="measured", db=False)
+    assert again.options["measured_cost"]["kernels_cached"] == summary["kernels"]
+
+
+@pytest.mark.gpu
+def test_cuda_rkernels_timed_on_the_gpu(tmp_path):
+    """Each CUDA rKernel's scheduled kernel timed alone at its occupancy; cached by the
+    GPU's name."""
+    major, minor = tvm.cuda(0).compute_version.split(".")
+    target = {"kind": "cuda", "arch": f"sm_{major}{minor}"}
+    p = prof.RKernelProfiler(target, cache_dir=tmp_path)
+    graph, vdevice, samples = prof.profile_module(two_branch_module(), target, profiler=p)
+    assert samples and all(np.isfinite(t) and t > 0 for _, _, t in samples)
+    assert p.measured == len({k.name for _, k, _ in samples}) and p.hits == 0
+    assert tvm.cuda(0).device_name in p.backend.host_fingerprint()
+    again = prof.RKernelProfiler(target, cache_dir=tmp_path)
+    _, _, cached = prof.profile_module(two_branch_module(), target, profiler=again)
+    assert again.measured == 0 and [t for *_, t in cached] == [t for *_, t in samples]
+    profile = prof.profile_model(two_branch_module(), target, cache_dir=tmp_path)
+    assert profile.sync is not None and profile.sync.barrier == "counter"
+    assert profile.model.barrier_overhead_us == profile.sync.barrier_us
+    assert all(m.concurrent >= 1 and m.blocks >= m.num_rtasks for m in profile.measurements)

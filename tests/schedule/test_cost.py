@@ -50,3 +50,40 @@ def test_fastest_and_most_efficient():
     ext = ROperator("e", "", flops=4e6, supported=False)
     assert cost.ordinary_us(ext, vd) == pytest.approx(21.0)  # as if one task per vEU
     assert cost.launch_us(vd) == 5.0 and cost.barrier_us(vd) == 1.0
+
+
+def test_calibrated_model_takes_measured_barrier_and_launch_costs():
+    import json
+
+    from tvm_rtask.errors import PlanError
+    from tvm_rtask.schedule import CalibratedCostModel
+
+    vd = VDevice.cpu(2)
+    plain = CalibratedCostModel()
+    assert plain.barrier_us(vd) == 1.0 and plain.launch_us(vd) == 5.0  # the spec's
+    model = CalibratedCostModel(
+        {"cpu": (0.5, 0.5, 0.2)}, {"a@2": 3.0}, barrier_overhead_us=0.4, launch_overhead_us=2.5
+    )
+    assert model.barrier_us(vd) == 0.4 and model.launch_us(vd) == 2.5
+    again = CalibratedCostModel.from_dict(json.loads(json.dumps(model.to_dict())))
+    assert (again.barrier_overhead_us, again.launch_overhead_us) == (0.4, 2.5)
+    assert again.factors == model.factors and again.measured == model.measured
+    # a dict written before these fields loads, with the spec's costs
+    old = {"factors": {"cpu": [0.5, 0.5, 0.2]}, "measured": {"a@2": 3.0}}
+    loaded = CalibratedCostModel.from_dict(old)
+    assert loaded.barrier_us(vd) == 1.0 and loaded.launch_us(vd) == 5.0
+    assert "barrier_overhead_us" not in loaded.to_dict()
+    with pytest.raises(PlanError, match="barrier"):
+        CalibratedCostModel(barrier_overhead_us=float("nan"))
+
+
+def test_prefer_measured_beats_a_records_estimate():
+    from tvm_rtask.schedule import CalibratedCostModel
+
+    vd = VDevice.cpu(2)
+    k = RKernel("t@2", 2, est_us=9.0)
+    o = ROperator("t", "f", rkernels=[k])
+    assert CalibratedCostModel(measured={"t@2": 4.0}).rtask_us(o, k, vd) == 9.0
+    preferring = CalibratedCostModel(measured={"t@2": 4.0}, prefer_measured=True)
+    assert preferring.rtask_us(o, k, vd) == 4.0
+    assert CalibratedCostModel.from_dict(preferring.to_dict()).prefer_measured

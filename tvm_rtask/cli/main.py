@@ -30,6 +30,7 @@ from .build import (
 from .errors import DEBUG_ENV, CLIError, first_line
 from .inputs import FILL_MODES, parse_shapes, read_inputs, save_outputs
 from .paths import check_directory, check_writable
+from .profile import COST_CHOICES, check_device, format_profile, use_cache_directory
 from .report import format_report_table, plan_policies, require_gantt
 from .runner import run_artifact
 
@@ -64,9 +65,25 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _option_args(p: argparse.ArgumentParser, policy: bool = True) -> None:
+def _option_args(p: argparse.ArgumentParser, policy: bool = True, cost: bool = True) -> None:
     if policy:
         p.add_argument("--policy", default=None, help="wavefront (default), sequential, ...")
+    if cost:
+        p.add_argument(
+            "--cost",
+            default=None,
+            choices=COST_CHOICES,
+            help="cost model the policy plans with: analytical (default) or measured (every "
+            "rKernel and the barrier/launch costs timed on the device present, cached: "
+            "tvm-rtask profile)",
+        )
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        default=None,
+        help="profile cache of the measured cost model (default $TVM_RTASK_CACHE or "
+        "~/.cache/tvm_rtask/profiles)",
+    )
     p.add_argument(
         "--barrier",
         default=None,
@@ -90,7 +107,7 @@ def _option_args(p: argparse.ArgumentParser, policy: bool = True) -> None:
 
 def _options_from(args, policy: bool = True) -> dict:
     opts = parse_key_values(args.option, "--option")
-    for key in ("barrier", "num_veu", "db") + (("policy",) if policy else ()):
+    for key in ("barrier", "num_veu", "db", "cost") + (("policy",) if policy else ()):
         value = getattr(args, key, None)
         if value is not None:
             opts[key] = value
@@ -154,6 +171,7 @@ def cmd_compile(args) -> int:
         require_gantt()
     target = check_target(parse_target(args.target))
     options = check_options(_options_from(args))
+    _check_measured(options, target, args)
     parse_shapes(args.input_shapes)
     model = _load_from_args(args)
     ex, meta = compile_model(model, target, options=options)
@@ -253,6 +271,7 @@ def cmd_plan(args) -> int:
     options = _options_from(args, policy=False)
     for policy in policies:
         check_options({**options, "policy": policy})
+    _check_measured(options, target, args)
     parse_shapes(args.input_shapes)
     model = _load_from_args(args)
     plans = plan_policies(model, target, policies, options)
@@ -273,6 +292,36 @@ def cmd_plan(args) -> int:
         policy = policies[0]
         require_gantt()(plans[policy], args.gantt, title=f"{model.name}: {policy}")
         print(f"gantt chart ({policy}) -> {args.gantt}")
+    return 0
+
+
+def _check_measured(options: dict, target, args) -> None:
+    """``--cost measured``: the device is present and the cache directory usable."""
+    if options.get("cost") == "measured":
+        check_device(target, "--cost measured")
+    use_cache_directory(args.cache)
+
+
+def cmd_profile(args) -> int:
+    _check_files((args.json, "--json"))
+    target = check_target(parse_target(args.target))
+    options = check_options(_options_from(args, policy=False))
+    check_device(target, "profile")
+    cache = use_cache_directory(args.cache)
+    parse_shapes(args.input_shapes)
+    model = _load_from_args(args)
+    from ..runtime.profiler import default_cache_dir, profile_model
+
+    profile = profile_model(model.mod, target, cache_dir=cache, **options)
+    title = (
+        f"{model.name} on {target_kind(target)} ({profile.device}), "
+        f"{profile.vdevice.num_veu} vEUs; cache {cache or default_cache_dir()}"
+    )
+    print(format_profile(title, profile))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": model.name, **profile.to_dict()}, f, indent=1)
+        print(f"profile -> {args.json}")
     return 0
 
 
@@ -369,6 +418,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="JSON", help="write the reports and plans here")
     p.add_argument("--gantt", metavar="PNG", help="Gantt chart of the first policy's plan")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser(
+        "profile",
+        help="time every distinct rKernel and the barrier and launch costs on the device "
+        "present (the measured cost model, cached; used by --cost measured)",
+    )
+    _model_args(p)
+    _option_args(p, policy=False, cost=False)
+    p.add_argument("--json", metavar="JSON", help="write the measurements and the model here")
+    p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("tune", help="tune the operators with MetaSchedule into a database")
     _model_args(p)

@@ -68,15 +68,27 @@ class PlanRPrograms:
         mod, rkernels_for, vdevice = backend.make_rkernels(mod.clone(), options)
         extracted = extract_graph(mod, rkernels_for)
         graph = RGraph(extracted.operators)
+        vdev = vdevice()
+        measured = None
+        if options.cost == "measured":  # every rKernel timed on the device present (cached)
+            from ..runtime.profiler import measured_model_for
+
+            cost, measured = measured_model_for(
+                mod, rkernels_for, graph, vdev, options, self.target
+            )
+        else:
+            cost = options.cost_model()
         plan = make_plan(
             graph,
-            vdevice(),
+            vdev,
             policy=options.policy,
-            cost=options.cost_model(),
+            cost=cost,
             sync="counters" if backend.barrier(options) == "counter" else "steps",
             ordinary_fallback=bool(options.ordinary_fallback),
             **policy_arguments(options, backend),
         )
         plan.options = options.to_dict()
+        if measured is not None:
+            plan.options.update(cost_model="measured", measured_cost=measured)
         plan.target = target_dict(self.target)
         return mod.with_attr(PLAN_ATTR, plan.to_json())

@@ -175,14 +175,16 @@ def _lowered(variant: str, num_ops: int, target, options, num_veu: int | None):
     return lowered, plan
 
 
-def _barriers_per_veu(plan: Plan) -> int:
-    """Barriers each vEU passes on its way through the plan's rPrograms (the most of any)."""
-    waves = 0
+def _barriers_per_veu(plan: Plan, barrier: str = "fine") -> int:
+    """Barriers each vEU passes on its way through the plan's rPrograms (the most of any);
+    with ``barrier="global"`` one between consecutive waves, as the CPU lowers them."""
+    total = 0
     for prog in plan.programs():
-        per_veu = [sum(isinstance(e, Barrier) for e in entries) for entries in prog.entries]
-        phases = len({t.wave for t in prog.tasks()}) - 1
-        waves += max([*per_veu, phases])
-    return waves
+        if barrier == "global":
+            total += len({t.wave for t in prog.tasks()}) - 1
+        else:
+            total += max(sum(isinstance(e, Barrier) for e in entries) for entries in prog.entries)
+    return total
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -284,9 +286,12 @@ def sync_benchmark(
     samples = _time_rounds(vms, args, device, rounds, min_repeat_ms)
     medians = {v: float(np.median(s)) for v, s in samples.items()}
     quartiles = {v: [float(q) for q in np.percentile(s, [25, 75])] for v, s in samples.items()}
-    barriers = _barriers_per_veu(lowered["chain"][1]) - _barriers_per_veu(lowered["independent"][1])
+    barriers = _barriers_per_veu(lowered["chain"][1], barrier_kind) - _barriers_per_veu(
+        lowered["independent"][1], barrier_kind
+    )
     extra_launches = len(lowered["launches"][1].programs()) - 1
-    barrier_us = (medians["chain"] - medians["independent"]) / max(barriers, 1)
+    # one vEU never waits for another: its chain has no barrier, nothing to measure
+    barrier_us = (medians["chain"] - medians["independent"]) / barriers if barriers else 0.0
     launch_us = (medians["launches"] - medians["independent"]) / max(extra_launches, 1)
     if not (math.isfinite(barrier_us) and math.isfinite(launch_us)):
         raise RuntimeError(f"the sync benchmark measured non-finite times: {medians}")

@@ -115,7 +115,9 @@ class CalibratedCostModel(CostModel):
       and its fixed cost, fitted by :func:`calibrate` from measurements of other kernels.
 
     * ``barrier_overhead_us`` / ``launch_overhead_us``: the cost of one barrier and of one
-      launch measured on the device (``runtime.sync_bench``); None: the device spec's.
+      launch measured on the device (``runtime.sync_bench``); None: the device spec's;
+    * ``prefer_measured``: a kernel's measurement here wins over its ``est_us`` (a tuning
+      record's time, maybe taken on another machine); by default ``est_us`` wins.
 
     A device without factors is costed like the analytical model. Plain data, JSON-ready.
     """
@@ -129,12 +131,14 @@ class CalibratedCostModel(CostModel):
         default_overhead_us: float = 0.1,
         barrier_overhead_us: float | None = None,
         launch_overhead_us: float | None = None,
+        prefer_measured: bool = False,
     ) -> None:
         self.factors = {k: tuple(map(float, v)) for k, v in (factors or {}).items()}
         self.measured = dict(measured or {})
         self.default_overhead_us = default_overhead_us
         self.barrier_overhead_us = barrier_overhead_us
         self.launch_overhead_us = launch_overhead_us
+        self.prefer_measured = bool(prefer_measured)
         for what, value in (("barrier", barrier_overhead_us), ("launch", launch_overhead_us)):
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise PlanError(f"a measured {what} cost must be finite and >= 0, got {value}")
@@ -146,9 +150,9 @@ class CalibratedCostModel(CostModel):
                 )
 
     def rtask_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
-        if kernel.est_us is not None:
-            return float(kernel.est_us)
         t = self.measured.get(kernel.name)
+        if kernel.est_us is not None and not (self.prefer_measured and t is not None):
+            return float(kernel.est_us)
         if t is not None:
             return t
         ce, me, ov = self.factors.get(vdevice.spec.name, (1.0, 1.0, self.default_overhead_us))
@@ -175,6 +179,8 @@ class CalibratedCostModel(CostModel):
             d["barrier_overhead_us"] = self.barrier_overhead_us
         if self.launch_overhead_us is not None:
             d["launch_overhead_us"] = self.launch_overhead_us
+        if self.prefer_measured:
+            d["prefer_measured"] = True
         return d
 
     @classmethod
@@ -185,6 +191,7 @@ class CalibratedCostModel(CostModel):
             d.get("default_overhead_us", 0.1),
             d.get("barrier_overhead_us"),
             d.get("launch_overhead_us"),
+            d.get("prefer_measured", False),
         )
 
     def __repr__(self) -> str:

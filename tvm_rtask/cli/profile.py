@@ -1,0 +1,69 @@
+"""``tvm-rtask profile`` and ``--cost measured``: the device check, the cache directory and
+the table of a measured profile."""
+
+from __future__ import annotations
+
+import os
+
+from .errors import CLIError
+from .paths import check_directory
+
+COST_CHOICES = ("analytical", "measured")
+
+
+def check_device(target, what: str) -> None:
+    """A measurement needs the device it measures: one line when it is not present."""
+    from ..backend import get_backend
+    from ..errors import OptionError
+
+    backend = get_backend(target)
+    try:
+        backend.device()
+    except OptionError:
+        raise CLIError(
+            f"no {backend.name.upper()} device: {what} needs the device it measures"
+        ) from None
+
+
+def use_cache_directory(directory: str | None) -> str | None:
+    """``--cache DIR``: checked (created when missing) and made the profiler's cache for
+    this process (``TVM_RTASK_CACHE``, which ``cost="measured"`` reads too)."""
+    if directory is None:
+        return None
+    from ..runtime.profiler import CACHE_ENV
+
+    path = check_directory(directory, "--cache", create=True)
+    os.makedirs(path, exist_ok=True)
+    os.environ[CACHE_ENV] = path
+    return path
+
+
+def format_profile(title: str, profile) -> str:
+    """One row per distinct rKernel (rTasks, us per rTask, from the cache or not), then the
+    synchronisation costs and the fitted model."""
+    ms = profile.measurements
+    blocks = any(m.blocks not in (0, m.num_rtasks) or m.concurrent != 1 for m in ms)
+    width = max([24, *(len(m.kernel) + 2 for m in ms)])
+    head = f"{'rKernel':{width}s}{'rTasks':>8s}{'us/rTask':>12s}"
+    if blocks:
+        head += f"{'blocks':>9s}{'at once':>9s}"
+    lines = [title, head + f"{'cached':>8s}"]
+    for m in ms:
+        row = f"{m.kernel:{width}s}{m.num_rtasks:>8d}{m.rtask_us:>12.3f}"
+        if blocks:
+            row += f"{m.blocks:>9d}{m.concurrent:>9d}"
+        lines.append(row + f"{'yes' if m.cached else 'no':>8s}")
+    cached = sum(m.cached for m in ms)
+    lines.append(f"{len(ms)} distinct rKernels ({cached} from the cache)")
+    sync = profile.sync
+    if sync is not None:
+        lines.append(
+            f"sync ({sync.barrier} barriers, {sync.num_veu} vEUs): barrier {sync.barrier_us:.3f} "
+            f"us, launch {sync.launch_us:.3f} us" + (" (cached)" if sync.cached else "")
+        )
+    for device, (ce, me, ov) in profile.model.factors.items():
+        lines.append(
+            f"fitted model ({device}): compute efficiency {ce:.4g}, memory efficiency "
+            f"{me:.4g}, task overhead {ov:.3f} us"
+        )
+    return "\n".join(lines)
