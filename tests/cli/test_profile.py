@@ -78,6 +78,11 @@ def test_profile_prints_the_table_and_writes_json(tiny, cache, tmp_path, capsys)
     assert f"{len(kernels)} distinct rKernels ({len(kernels)} from the cache)" in text
     assert "us (cached)" in text
 
+    # --remeasure: measured again, the cache overwritten
+    assert _profile(tiny, cache, "--remeasure") == 0
+    text = capsys.readouterr().out
+    assert f"{len(kernels)} distinct rKernels (0 from the cache)" in text
+
     # unreadable cache files are measured again, never an error
     for path in cache.glob("*.json"):
         path.write_text("{not json")

@@ -312,7 +312,7 @@ def cmd_profile(args) -> int:
     model = _load_from_args(args)
     from ..runtime.profiler import default_cache_dir, profile_model
 
-    profile = profile_model(model.mod, target, cache_dir=cache, **options)
+    profile = profile_model(model.mod, target, cache_dir=cache, refresh=args.remeasure, **options)
     title = (
         f"{model.name} on {target_kind(target)} ({profile.device}), "
         f"{profile.vdevice.num_veu} vEUs; cache {cache or default_cache_dir()}"
@@ -427,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(p)
     _option_args(p, policy=False, cost=False)
     p.add_argument("--json", metavar="JSON", help="write the measurements and the model here")
+    p.add_argument("--remeasure", action="store_true", help="measure again and overwrite the cache")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("tune", help="tune the operators with MetaSchedule into a database")

@@ -76,13 +76,17 @@ class RKernelProfiler:
         repeat: int = 5,
         min_repeat_ms: int = 2,
         use_cache: bool = True,
+        refresh: bool = False,
     ) -> None:
+        """``use_cache``: read and write the disk cache; ``refresh``: measure again and
+        overwrite what the cache holds."""
         import tvm
 
         self.tvm = tvm
         self.target = as_target(target)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.repeat, self.min_repeat_ms, self.use_cache = repeat, min_repeat_ms, use_cache
+        self.refresh = refresh
         self.backend = get_backend(self.target)
         self.device = self.backend.device()
         self.measured = 0
@@ -118,7 +122,7 @@ class RKernelProfiler:
         blocks = num_rtasks if blocks is None else blocks
         key = self.key(func, num_rtasks)
         path = self.cache_dir / f"{key}.json"
-        if self.use_cache and path.exists():
+        if self.use_cache and not self.refresh and path.exists():
             try:
                 d = json.loads(path.read_text())
                 if d.get("key") == key:
@@ -251,6 +255,7 @@ def measure_model(
             barrier=options.barrier,
             cache_dir=profiler.cache_dir,
             use_cache=profiler.use_cache,
+            refresh=profiler.refresh,
         )
         model.barrier_overhead_us = cost.barrier_us
         model.launch_overhead_us = cost.launch_us
@@ -264,6 +269,7 @@ def profile_model(
     cache_dir: str | os.PathLike | None = None,
     sync: bool = True,
     use_cache: bool = True,
+    refresh: bool = False,
     **options,
 ) -> ModelProfile:
     """Prepare ``mod`` as ``tvm_rtask.plan`` does with ``options`` (the same rKernels, so
@@ -273,7 +279,7 @@ def profile_model(
     from ..relax_passes import RTaskPrepare, extract_graph
     from ..relax_passes.plan import plan_options
 
-    profiler = RKernelProfiler(target, cache_dir=cache_dir, use_cache=use_cache)
+    profiler = RKernelProfiler(target, cache_dir=cache_dir, use_cache=use_cache, refresh=refresh)
     resolved = plan_options({**options, "cost": "analytical"}, None, profiler.target)
     prepared = RTaskPrepare(resolved.fusion, profiler.target)(frontend.load(mod))
     prepared, rkernels_for, vdevice_of = profiler.backend.make_rkernels(prepared.clone(), resolved)

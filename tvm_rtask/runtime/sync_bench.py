@@ -238,6 +238,7 @@ def sync_benchmark(
     min_repeat_ms: int = 2,
     cache_dir: str | os.PathLike | None = None,
     use_cache: bool = True,
+    refresh: bool = False,
 ) -> SyncCost:
     """Measure ``barrier_us`` and ``launch_us`` of ``target``'s generated persistent kernels
     on the device present (see the module docstring); cached on disk.
@@ -245,7 +246,8 @@ def sync_benchmark(
     ``num_veu``: vEUs of the synthetic rPrograms (default: the backend's vDevice, every
     worker thread or co-resident block); ``barrier``: the barrier kind (default: the
     backend's). ``num_ops`` operators per model, timed in ``rounds`` interleaved blocks of
-    at least ``min_repeat_ms`` each. OptionError when the target's device is not present.
+    at least ``min_repeat_ms`` each; ``refresh`` measures again and overwrites the cache.
+    OptionError when the target's device is not present.
     """
     import tvm
     import tvm_ffi
@@ -273,7 +275,7 @@ def sync_benchmark(
         ]
     )
     path = Path(cache_dir or default_cache_dir()) / f"sync-{key}.json"
-    if use_cache:
+    if use_cache and not refresh:
         cached = _load(path, key)
         if cached is not None:
             return cached
