@@ -16,6 +16,8 @@ It does nothing unless the policy is ``"ios"`` and the option ``ios_merge`` is o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import tvm
 from tvm import relax
 
@@ -100,7 +102,9 @@ class IOSOperatorMerge:
             return mod
         tagged = _tag_candidates(mod, candidates)
         prepared = RTaskPrepare(options.fusion, self.target)(tagged)
-        planned = PlanRPrograms(self.target, options=options)(prepared)
+        # this plan only gives the DP its graph and vDevice (it compares with self.cost):
+        # cost="measured" would time the tagged copy's kernels for nothing
+        planned = PlanRPrograms(self.target, options=replace(options, cost="analytical"))(prepared)
         plan = Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)
         tags = _operator_tags(prepared, plan)
         merges = {op: (group, scale) for op, (group, scale, _) in tags.items()}
