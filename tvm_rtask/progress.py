@@ -190,12 +190,13 @@ def log_plan(plan, what: str = "plan") -> None:
         if isinstance(step, RProgram):
             logger.log(
                 level,
-                "%s: rprogram_%d: %d operators, %d rTasks, %d barriers",
+                "%s: rprogram_%d: %d operators, %d rTasks, %d %s",
                 what,
                 k,
                 len(step.ops()),
                 step.num_tasks,
-                step.num_barriers,
+                plan.waits_in(step),
+                "counter waits" if plan.sync == "counters" else "barriers",
             )
 
 

@@ -333,7 +333,8 @@ def gantt_layout(
     """Simulate a plan and lay its Gantt chart out (see the module's doc for the options)."""
     _check_options(color_by, labels, max_veus)
     steps, graph, vdevice, title = _steps_of(plan_or_program, graph, vdevice, title)
-    timing = simulate(steps, graph, vdevice, cost or AnalyticalCostModel())
+    sync = plan_or_program.sync if isinstance(plan_or_program, Plan) else "steps"
+    timing = simulate(steps, graph, vdevice, cost or AnalyticalCostModel(), sync)
     (t0, t1), zoom = _window(timing, window, program)
     n = vdevice.num_veu
     veus = list(range(n if max_veus is None else min(n, max_veus)))

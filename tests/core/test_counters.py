@@ -153,14 +153,18 @@ def test_plans_validate_the_synchronisation_that_runs():
     g = inception(rtasks=4)
     plan = make_plan(g, VDevice.cpu(3), "wavefront", cost=COST, sync="counters")
     plan.validate("counters")
-    plan.validate("steps")  # the barrier entries are still correct for the CPU
-    prog = plan.programs()[0]
+    # planned for counters: no barrier entries, which the step-array check refuses
+    assert all(p.num_barriers == 0 for p in plan.programs())
+    with pytest.raises(PlanError, match="covered neither by order nor by a barrier"):
+        plan.validate("steps")
+    steps = make_plan(g, VDevice.cpu(3), "wavefront", cost=COST, sync="steps")
+    prog = steps.programs()[0]
     # a barrier dropped: the step-array check refuses it, counters do not need it
     v, i = next((v, i) for v, es in enumerate(prog.entries) for i, e in enumerate(es)
                 if hasattr(e, "waits"))  # fmt: skip
     del prog.entries[v][i]
     with pytest.raises(PlanError):
-        plan.validate("steps")
-    plan.validate("counters")
+        steps.validate("steps")
+    steps.validate("counters")
     with pytest.raises(PlanError, match="sync must be"):
-        plan.validate("atomics")
+        steps.validate("atomics")

@@ -57,6 +57,38 @@ def check_all_policies(graph: RGraph, vd: VDevice) -> None:
         assert len(ops) == len(set(ops)) == sum(op.supported for op in graph)
 
 
+def check_all_policies_with_counters(graph: RGraph, vd: VDevice) -> None:
+    """Planned for dependency counters: no barrier entries, the counter scripts validate,
+    the estimate is the counter simulation's and never above sequential's."""
+    seq = make_plan(graph, vd, "sequential", cost=COST, sync="counters")
+    for name in POLICIES:
+        plan = (
+            seq if name == "sequential" else make_plan(graph, vd, name, cost=COST, sync="counters")
+        )
+        assert plan.sync == "counters"
+        assert all(p.num_barriers == 0 for p in plan.programs())
+        timing = simulate(plan, cost=COST)
+        assert timing.total_us == pytest.approx(plan.estimated_us, rel=1e-9, abs=1e-9)
+        assert timing.total_us + 1e-9 >= timing.ideal_us
+        if name in NEVER_SLOWER_THAN_SEQUENTIAL - {"wavefront_global"}:
+            assert plan.estimated_us <= seq.estimated_us * (1 + TOL), name
+        again = Plan.from_json(plan.to_json())
+        assert again.to_dict() == plan.to_dict() and again.sync == "counters"
+        again.validate("counters")
+
+
+@SETTINGS
+@given(small_dags(), st.integers(1, 8))
+def test_small_dags_all_policies_with_counters(graph, veus):
+    check_all_policies_with_counters(graph, VDevice.cpu(veus))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layered_dags(max_layers=6, max_width=6), st.integers(1, 8))
+def test_layered_dags_all_policies_with_counters(graph, veus):
+    check_all_policies_with_counters(graph, VDevice.cpu(veus))
+
+
 def test_every_builtin_policy_is_checked():
     assert set(POLICIES) == set(policy_names()) - {"test-everything-sequential"}
 

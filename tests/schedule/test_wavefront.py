@@ -72,6 +72,34 @@ def test_builder_time_equals_simulation():
         assert b.makespan == pytest.approx(simulate_program(b.program, g, vd, COST).makespan_us)
 
 
+@pytest.mark.parametrize("veus", [2, 5, 9])
+def test_builder_time_equals_simulation_with_counters(veus):
+    g = inception(rtasks=3)
+    vd = VDevice.cpu(veus)
+    b = _WaveBuilder(g, vd, COST, "p", sync="counters")
+    pol = WavefrontPolicy()
+    for w, wave in enumerate(g.waves()):
+        b.place(w, wave, pol.select_rkernels(wave, g, vd, COST))
+        timing = simulate_program(b.program, g, vd, COST, sync="counters")
+        assert b.makespan == pytest.approx(timing.makespan_us)
+    assert b.program.num_barriers == 0  # counters: the waits come from the graph
+
+
+def test_builder_rollback_with_counters():
+    g = chain(3, rtasks=3)
+    vd = VDevice.cpu(2)
+    b = _WaveBuilder(g, vd, COST, "p", sync="counters")
+    b.place(0, ["op0"], {"op0": g.op("op0").rkernels[0]})
+    before, makespan, known = b.program.to_dict(), b.makespan, list(b._known_ops)
+    token = b.checkpoint()
+    b.place(1, ["op1"], {"op1": g.op("op1").rkernels[0]})
+    b.rollback(token)
+    assert b.program.to_dict() == before and b.makespan == makespan
+    assert b._known_ops == known and set(b._closed) == {"op0"}
+    b.place(1, ["op1"], {"op1": g.op("op1").rkernels[0]})
+    b.program.validate(g, barriers=False)
+
+
 def test_builder_rollback():
     g = chain(3, rtasks=3)
     vd = VDevice.cpu(2)

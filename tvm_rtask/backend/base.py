@@ -106,7 +106,9 @@ class Backend:
         self, program: RProgram, plan: Plan, options: RTaskOptions, mod: tvm.IRModule, io: ProgramIO
     ) -> tuple[tvm.tirx.PrimFunc, list, list[str]]:
         """The persistent PrimFunc of one rProgram, the constant inputs it takes after the
-        program's inputs, and the names of the tensors it returns."""
+        program's inputs, and what it returns: the names of the program's outputs first (in
+        ``io.outputs`` order), then any further tensor Relax must allocate for it, by name
+        (a workspace) or as a ``TensorDecl`` of a buffer of its own (e.g. an arena)."""
         raise NotImplementedError
 
     def finish_main(self, main, rprogram_calls: list, options: RTaskOptions):

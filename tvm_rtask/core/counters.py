@@ -82,7 +82,21 @@ def _veu_tasks(program: RProgram) -> list[list[RTask]]:
 
 
 def counter_scripts(program: RProgram, graph: RGraph) -> list[list[CounterItem]]:
-    """Per-vEU scripts: runs of rTasks, the counter waits before them, arrivals after them."""
+    """Per-vEU scripts: runs of rTasks, the counter waits before them, arrivals after them.
+
+    Validation, simulation and lowering all need them (seconds for NASNet's 190 K rTasks),
+    so they are kept on the program, keyed by the graph and a hash of the entries: a
+    program changed in any way (even by hand) gets new scripts."""
+    key = (id(graph), hash(tuple(tuple(es) for es in program.entries)))
+    cached = program.__dict__.get("_counter_scripts")
+    if cached is not None and cached[0] == key and cached[1] is graph:
+        return cached[2]
+    scripts = _derive_scripts(program, graph)
+    program._counter_scripts = (key, graph, scripts)
+    return scripts
+
+
+def _derive_scripts(program: RProgram, graph: RGraph) -> list[list[CounterItem]]:
     preds = _in_program_preds(program, graph)
     closed = _ancestors(program, preds, graph)
     total = task_counts(program)
@@ -144,6 +158,16 @@ def counter_stats(program: RProgram, graph: RGraph, scripts=None) -> dict[str, i
 def check_counter_scripts(program: RProgram, graph: RGraph, scripts) -> None:
     """Raise unless the scripts run every task once, count every awaited task right after
     running it, cover every dependency and cannot deadlock."""
+    cached = program.__dict__.get("_counter_scripts")
+    mine = cached is not None and cached[2] is scripts and cached[1] is graph
+    if mine and program.__dict__.get("_counter_checked") == cached[0]:
+        return  # these very scripts of this very program passed before
+    _check(program, graph, scripts)
+    if mine:
+        program._counter_checked = cached[0]
+
+
+def _check(program: RProgram, graph: RGraph, scripts) -> None:
     name = program.name or "rProgram"
     total = task_counts(program)
     preds = _in_program_preds(program, graph)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PlanError
-from .counters import check_counter_scripts, counter_scripts
+from .counters import CounterWait, check_counter_scripts, counter_scripts
 from .graph import RGraph
 from .rprogram import RProgram
 from .vdevice import VDevice
@@ -45,6 +45,9 @@ class Plan:
     options: dict[str, Any] = field(default_factory=dict)
     policy_options: dict[str, Any] = field(default_factory=dict)
     target: dict[str, Any] = field(default_factory=dict)  # Target.export() it was planned for
+    # what the rPrograms synchronise with: "steps" (their barrier entries) or "counters"
+    # (dependency counters derived from the placement; the programs then hold no barriers)
+    sync: str = "steps"
     # CUDA, after build with nvcc found: ptxas -v of each persistent kernel (registers per
     # thread, shared memory bytes) and the co-resident blocks they allow. Not serialized.
     kernel_usage: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -99,6 +102,17 @@ class Plan:
             if sync == "counters":
                 check_counter_scripts(prog, self.graph, counter_scripts(prog, self.graph))
 
+    def waits_in(self, program: RProgram) -> int:
+        """Synchronisation points of ``program`` as it runs: its barrier rTasks, or with
+        dependency counters its counter waits (the program then holds no barriers)."""
+        if self.sync == "counters":
+            return sum(
+                isinstance(item, CounterWait)
+                for script in counter_scripts(program, self.graph)
+                for item in script
+            )
+        return program.num_barriers
+
     def report(self) -> dict[str, Any]:
         """Counts and estimates a user or a benchmark wants to see at a glance."""
         progs = self.programs()
@@ -119,7 +133,8 @@ class Plan:
             "rtasks": sum(p.num_tasks for p in progs),
             "rprograms": len(progs),
             "kernel_launches": len(progs) + sum(op not in plumbing for op in ordinary),
-            "barriers": sum(p.num_barriers for p in progs),
+            "sync": self.sync,
+            "barriers": sum(self.waits_in(p) for p in progs),
             "veus": self.vdevice.num_veu,
             "capacity": self.vdevice.capacity,
             "estimated_us": self.estimated_us,
@@ -145,16 +160,18 @@ class Plan:
             "options": _jsonable(self.options),
             "policy_options": _jsonable(self.policy_options),
             "target": _jsonable(self.target),
+            "sync": self.sync,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
         steps: list[Step] = []
+        sync = d.get("sync", "steps")
         for s in d["steps"]:
             if s["kind"] == "ordinary":
                 steps.append(OrdinaryCall(s["op"]))
             elif s["kind"] == "rprogram":
-                steps.append(RProgram.from_dict(s))
+                steps.append(RProgram.from_dict(s, clocks=sync == "steps"))
             else:
                 raise PlanError(f"unknown plan step kind {s['kind']!r}")
         return cls(
@@ -167,6 +184,7 @@ class Plan:
             options=dict(d.get("options", {})),
             policy_options=dict(d.get("policy_options", {})),
             target=dict(d.get("target", {})),
+            sync=sync,
         )
 
     def to_json(self, indent: int | None = None) -> str:

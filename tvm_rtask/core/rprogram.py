@@ -79,11 +79,15 @@ class RProgram:
     once, not once per vEU; ``from_dict`` shares equal wide barriers again.
     """
 
-    def __init__(self, num_veu: int, name: str = "") -> None:
+    def __init__(self, num_veu: int, name: str = "", clocks: bool = True) -> None:
+        """``clocks=False``: no vector clocks, so no barrier reduction (``append`` takes no
+        waits): for a program synchronised by dependency counters (``core.counters``),
+        whose waits come from the graph; it saves a vEU-wide clock row per rTask."""
         if num_veu < 1:
             raise OptionError(f"an rProgram needs at least one vEU, got num_veu={num_veu}")
         self.num_veu = num_veu
         self.name = name
+        self.clocks = clocks
         self.entries: list[list[Entry]] = [[] for _ in range(num_veu)]
         self._pos: dict[tuple[str, int], tuple[int, int]] = {}
         self._counts = [0] * num_veu
@@ -136,6 +140,11 @@ class RProgram:
         need = self._pending.pop(key, None) if self._pending else None
         if after is None and not need:
             return self._push_task(task, veu)
+        if not self.clocks:
+            raise PlanError(
+                f"rProgram {self.name!r} keeps no vector clocks (dependency counters): "
+                f"{task} cannot be appended behind step waits"
+            )
         known = self._known[veu]
         waits: list[tuple[int, int]] = []
         if after is not None:
@@ -200,6 +209,8 @@ class RProgram:
         self._check_veu(veu)
         b = waits if isinstance(waits, Barrier) else Barrier(tuple(waits))
         self.entries[veu].append(b)
+        if not self.clocks:
+            return b
         clock = self._barrier_clock(b)
         if clock is not None:
             np.maximum(self._known[veu], clock, out=self._known[veu])
@@ -236,12 +247,13 @@ class RProgram:
         self.entries[veu].append(task)
         self._pos[task.key] = (veu, order)
         self._counts[veu] = order + 1
-        self._known[veu, veu] = order
-        r = len(self._log)
-        if r == len(self._after):
-            self._after = np.concatenate([self._after, np.empty_like(self._after)])
-        self._after[r] = self._known[veu]
-        self._row_of[veu].append(r)
+        if self.clocks:
+            self._known[veu, veu] = order
+            r = len(self._log)
+            if r == len(self._after):
+                self._after = np.concatenate([self._after, np.empty_like(self._after)])
+            self._after[r] = self._known[veu]
+            self._row_of[veu].append(r)
         self._log.append(task.key)
         if task.op not in self._kernels:
             self._kernels[task.op] = task.kernel
@@ -261,7 +273,7 @@ class RProgram:
             [len(e) for e in self.entries],
             len(self._log),
             len(self._ops),
-            self._known.copy(),
+            self._known.copy() if self.clocks else None,
             {k: dict(v) for k, v in self._pending.items()},
         )
 
@@ -273,7 +285,8 @@ class RProgram:
         for key in self._log[nlog:]:
             v, _ = self._pos.pop(key)
             self._counts[v] -= 1
-            self._row_of[v].pop()
+            if self.clocks:
+                self._row_of[v].pop()
         del self._log[nlog:]
         for op in self._ops[nops:]:
             del self._kernels[op]
@@ -314,6 +327,8 @@ class RProgram:
 
     def known_matrix(self) -> np.ndarray:
         """Read-only view: ``[v, u]`` is the last order of vEU u known done at the end of v."""
+        if not self.clocks:
+            raise PlanError(f"rProgram {self.name!r} keeps no vector clocks (clocks=False)")
         view = self._known.view()
         view.flags.writeable = False
         return view
@@ -667,9 +682,10 @@ class RProgram:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RProgram:
-        """Rebuild entries as given; replayed in execution order so ``append`` stays minimal."""
-        p = cls(d["num_veu"], d.get("name", ""))
+    def from_dict(cls, d: dict[str, Any], clocks: bool = True) -> RProgram:
+        """Rebuild entries as given; replayed in execution order so ``append`` stays minimal
+        (``clocks=False``: a program of a counters plan, entries taken in order)."""
+        p = cls(d["num_veu"], d.get("name", ""), clocks=clocks)
         shared: dict[tuple, Barrier] = {}  # equal barriers become one object again
         ops, kernels = d.get("ops") or [], d.get("kernels") or []
 
@@ -690,6 +706,18 @@ class RProgram:
         raw: list[list[Entry]] = [[entry(e) for e in es] for es in d["entries"]]
         if len(raw) != p.num_veu:
             raise PlanError(f"rProgram {p.name!r}: {len(raw)} entry lists for {p.num_veu} vEUs")
+        if not clocks:
+            for v, es in enumerate(raw):
+                for e in es:
+                    if isinstance(e, Barrier):
+                        p.entries[v].append(e)
+                    elif e.key in p._pos:
+                        raise PlanError(f"rProgram {p.name!r}: {e} appears twice")
+                    else:
+                        p._push_task(e, v)
+            if ops and set(ops) == set(p._ops):
+                p._ops = list(ops)
+            return p
         probe = cls(p.num_veu, p.name)
         probe.entries = raw  # execution_order reads only the entries
         try:

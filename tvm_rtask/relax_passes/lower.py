@@ -67,7 +67,10 @@ def _lower_program(
     if len(results) == 1:
         value = relax.op.call_tir(gvar, args, tensors[results[0]].ty)
         return [relax.VarBinding(tensors[results[0]], value)]
-    out_tys = [tensors[t].ty for t in results]
+    out_tys = [
+        tensors[t].ty if isinstance(t, str) else relax.TensorType(list(t.shape), t.dtype)
+        for t in results
+    ]
     packed = relax.DataflowVar(f"rprogram_{k}_out", relax.TupleType(out_tys))
     bindings = [relax.VarBinding(packed, relax.op.call_tir(gvar, args, out_tys))]
     for i, t in enumerate(outputs):

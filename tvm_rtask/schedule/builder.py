@@ -26,6 +26,8 @@ from ..core.vdevice import VDevice
 from ..errors import PlanError
 from .cost import CostModel
 
+SYNC_MODES = ("steps", "counters")
+
 
 @dataclass(frozen=True)
 class Placed:
@@ -40,11 +42,21 @@ class Placed:
 class ProgramBuilder:
     """One rProgram plus, per vEU, when it becomes free and when each of its tasks ends."""
 
-    def __init__(self, graph: RGraph, vdevice: VDevice, cost: CostModel, name: str) -> None:
+    def __init__(
+        self, graph: RGraph, vdevice: VDevice, cost: CostModel, name: str, sync: str = "steps"
+    ) -> None:
+        if sync not in SYNC_MODES:
+            raise PlanError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
         self.graph, self.vdevice, self.cost = graph, vdevice, cost
         n = vdevice.num_veu
         self.n = n
-        self.program = RProgram(n, name)
+        self.sync = sync
+        self.counters = sync == "counters"
+        self.program = RProgram(n, name, clocks=not self.counters)
+        # counters: per vEU, the operators known complete there (a bitset by graph index,
+        # with their in-program ancestors, as core.counters derives the waits)
+        self._known_ops = [0] * n
+        self._closed: dict[str, int] = {}
         self.barrier_us = cost.barrier_us(vdevice)
         self.free = np.zeros(n)
         self.finish: list[list[float]] = [[] for _ in range(n)]
@@ -78,10 +90,14 @@ class ProgramBuilder:
             self._stage_end,
             self._gate,
             self._synced.copy(),
+            list(self._known_ops),
         )
 
     def rollback(self, token: tuple) -> None:
-        ptoken, free, ops, nlog, last, end, gate, synced = token
+        ptoken, free, ops, nlog, last, end, gate, synced, known_ops = token
+        self._known_ops = known_ops
+        for op in set(self._closed) - ops:
+            del self._closed[op]
         self.program.rollback(ptoken)
         self.free = free
         for v, fin in enumerate(self.finish):
@@ -118,6 +134,9 @@ class ProgramBuilder:
     def place_op(self, wave: int, name: str, kernel: RKernel) -> None:
         if self._gate is not None:
             raise PlanError("place() after begin_stage(): a staged program takes replay() only")
+        if self.counters:
+            self._place_op_counters(wave, name, kernel)
+            return
         n = self.n
         dur = self.duration(name, kernel)
         deps = self._deps(name)
@@ -154,6 +173,72 @@ class ProgramBuilder:
             heapq.heappush(heap, (end, v))
         self._end_op(name, my_order, my_finish)
 
+    # -- dependency counters -------------------------------------------------------------
+    def _counter_deps(self, name: str) -> tuple[list[str], int, float]:
+        """In-program predecessors, the bitset of their own bits, and when the last of their
+        tasks finishes (a counter wait for them releases then)."""
+        preds = [p for p in self.graph.preds(name) if p in self.frontier]
+        own = 0
+        ready = -np.inf
+        for p in preds:
+            own |= 1 << self.graph.index(p)
+            ready = max(ready, float(self.frontier[p][1].max()))
+        closed = 1 << self.graph.index(name)
+        for p in preds:
+            closed |= self._closed[p]
+        self._closed[name] = closed
+        return preds, own, ready
+
+    def _needs_wait(self, v: int, own: int) -> bool:
+        """A vEU waits unless every predecessor is known complete there (core.counters)."""
+        return own & ~self._known_ops[v] != 0
+
+    def _learn(self, v: int, preds: list[str]) -> None:
+        """After a counter wait on ``v`` for ``preds``: they and their ancestors are known."""
+        for p in preds:
+            self._known_ops[v] |= self._closed[p]
+
+    def _place_op_counters(self, wave: int, name: str, kernel: RKernel) -> None:
+        """Rammer's placement with dependency counters: a vEU's first task of ``name`` waits
+        (one counter wait, ``barrier_us``) for the predecessors it does not know complete;
+        every task starts no earlier than its predecessors' last task."""
+        n = self.n
+        dur = self.duration(name, kernel)
+        preds, own, ready = self._counter_deps(name)
+        free = self.free
+        if not preds:
+            needs = [False] * n
+            starts = free.tolist()
+        else:
+            needs = [self._needs_wait(v, own) for v in range(n)]
+            bar = self.barrier_us
+            starts = [
+                max(f, ready) + (bar if w else 0.0)
+                for f, w in zip(free.tolist(), needs, strict=True)
+            ]
+        heap = list(zip(starts, range(n), strict=True))
+        heapq.heapify(heap)
+        my_order = np.full(n, -1, dtype=np.int64)
+        my_finish = np.full(n, -np.inf)
+        counts = [0] * n
+        program, finish, log = self.program, self.finish, self.log
+        for r in range(kernel.num_rtasks):
+            t0, v = heapq.heappop(heap)
+            if counts[v] == 0 and needs[v]:
+                self._learn(v, preds)
+            order = program._push_task(RTask(name, r, kernel.name, wave), v)
+            counts[v] += 1
+            end = t0 + dur
+            free[v] = end
+            finish[v].append(end)
+            log.append(Placed(name, r, kernel.name, v))
+            my_order[v], my_finish[v] = order, end
+            heapq.heappush(heap, (end, v))
+        if kernel.num_rtasks and max(counts) == kernel.num_rtasks:  # all of it on one vEU
+            v = counts.index(kernel.num_rtasks)
+            self._known_ops[v] |= self._closed[name]
+        self._end_op(name, my_order, my_finish)
+
     def _end_op(self, name: str, order: np.ndarray, finish: np.ndarray) -> None:
         self.frontier[name] = (order, finish)
         np.maximum(self._stage_last, order, out=self._stage_last)
@@ -169,6 +254,11 @@ class ProgramBuilder:
         """
         if self.is_empty():
             return
+        if self.counters:
+            # no global barrier: dependency counters wait for the predecessors alone
+            self._stage_last = np.full(self.n, -1, dtype=np.int64)
+            self._stage_end = 0.0
+            return
         if (self._stage_last >= 0).any():
             waits = [(u, int(j)) for u, j in enumerate(self._stage_last.tolist()) if j >= 0]
             self._gate = (Barrier(tuple(waits)), self._stage_end)
@@ -181,6 +271,9 @@ class ProgramBuilder:
         or a stage estimate; one operator's rTasks consecutive). A vEU's first task of the
         stage passes the global barrier; an operator's first task on a vEU waits for the
         predecessor tasks its vEU does not know to be finished yet."""
+        if self.counters:
+            self._replay_counters(placed, wave_of)
+            return
         bar = self.barrier_us
         program, free, finish = self.program, self.free, self.finish
         op: str | None = None
@@ -219,6 +312,45 @@ class ProgramBuilder:
             my_order[v], my_finish[v] = order, end
         if op is not None:
             self._end_op(op, my_order, my_finish)
+
+    def _replay_counters(self, placed: list[Placed], wave_of: dict[str, int]) -> None:
+        """``replay`` with dependency counters: stages get no global barrier, a vEU's first
+        task of an operator waits for the predecessors it does not know complete."""
+        bar = self.barrier_us
+        program, free, finish = self.program, self.free, self.finish
+        runs: list[list[Placed]] = []
+        for p in placed:
+            if runs and runs[-1][0].op == p.op:
+                runs[-1].append(p)
+            else:
+                runs.append([p])
+        for run in runs:
+            name = run[0].op
+            if name in self.frontier:
+                raise PlanError(f"replay: the rTasks of {name} must be consecutive")
+            dur = self.duration(name, self.graph.op(name).kernel(run[0].kernel))
+            preds, own, ready = self._counter_deps(name)
+            my_order = np.full(self.n, -1, dtype=np.int64)
+            my_finish = np.full(self.n, -np.inf)
+            counts: dict[int, int] = {}
+            for p in run:
+                v = p.veu
+                t = float(free[v])
+                if preds:
+                    t = max(t, ready)
+                    if v not in counts and self._needs_wait(v, own):
+                        self._learn(v, preds)
+                        t += bar
+                order = program._push_task(RTask(name, p.rtask_id, p.kernel, wave_of[name]), v)
+                counts[v] = counts.get(v, 0) + 1
+                end = t + dur
+                free[v] = end
+                finish[v].append(end)
+                self.log.append(p)
+                my_order[v], my_finish[v] = order, end
+            if len(counts) == 1:
+                self._known_ops[next(iter(counts))] |= self._closed[name]
+            self._end_op(name, my_order, my_finish)
 
 
 def _max_excluding_self(x: np.ndarray) -> np.ndarray:

@@ -357,7 +357,7 @@ class IOSPolicy(Policy):
         self, names: list[str], graph: RGraph, vdevice: VDevice, cost: CostModel, name: str
     ) -> RProgram:
         kernels = {n: cost.fastest(graph.op(n), vdevice) for n in names}
-        builder = ProgramBuilder(graph, vdevice, cost, name)
+        builder = ProgramBuilder(graph, vdevice, cost, name, self.sync)
         durations: dict[str, float] = {}
         phase = 0
         for stage in self.schedule(names, graph, vdevice, cost, kernels):

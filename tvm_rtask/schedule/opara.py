@@ -115,7 +115,7 @@ class OparaPolicy(Policy):
         self, graph: RGraph, vdevice: VDevice, cost: CostModel
     ) -> list[RProgram | OrdinaryCall]:
         steps: list[RProgram | OrdinaryCall] = []
-        cur = ProgramBuilder(graph, vdevice, cost, "rprogram_0")
+        cur = ProgramBuilder(graph, vdevice, cost, "rprogram_0", self.sync)
         phase: dict[str, int] = {}
         last = 0
         limit = ProgramLimit(graph, self.options)
@@ -127,7 +127,7 @@ class OparaPolicy(Policy):
                     steps.append(cur.program)
                 if not op.supported:
                     steps.append(OrdinaryCall(name))
-                cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
+                cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}", self.sync)
                 phase.clear()
                 last = 0
                 limit.reset()

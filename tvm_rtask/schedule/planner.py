@@ -9,6 +9,7 @@ from ..core.plan import OrdinaryCall, Plan
 from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
 from ..errors import OptionError
+from .builder import SYNC_MODES
 from .cost import AnalyticalCostModel, CostModel
 from .policy import Policy
 from .registry import get_policy
@@ -37,17 +38,23 @@ def make_plan(
         pol = policy
     else:
         pol = get_policy(policy, **options)
+    if sync not in SYNC_MODES:
+        raise OptionError(f"sync must be one of {SYNC_MODES}, not {sync!r}")
+    pol.sync = sync  # the builders place for the synchronisation that will run
     steps = pol.plan(graph, vdevice, cost)
     if ordinary_fallback:
-        steps = fall_back_to_ordinary(steps, graph, vdevice, cost)
+        steps = fall_back_to_ordinary(steps, graph, vdevice, cost, sync)
     plan = Plan(graph, vdevice, steps, policy=pol.name, policy_options=dict(pol.options))
+    plan.sync = sync
     plan.validate(sync)
-    plan.estimated_us = simulate_plan(steps, graph, vdevice, cost)
+    plan.estimated_us = simulate_plan(steps, graph, vdevice, cost, sync)
     plan.ideal_us = ideal_us(graph, vdevice, cost)
     return plan
 
 
-def fall_back_to_ordinary(steps: list, graph: RGraph, vdevice: VDevice, cost: CostModel) -> list:
+def fall_back_to_ordinary(
+    steps: list, graph: RGraph, vdevice: VDevice, cost: CostModel, sync: str = "steps"
+) -> list:
     """Each rProgram predicted slower than its operators run as ordinary kernels (one launch
     each, in topological order) becomes those ordinary calls, so the plan's estimate is never
     above running every operator ordinarily. How far that holds on the device is how far the
@@ -56,7 +63,7 @@ def fall_back_to_ordinary(steps: list, graph: RGraph, vdevice: VDevice, cost: Co
     for step in steps:
         if isinstance(step, RProgram):
             ops = sorted(step.ops(), key=graph.index)
-            persistent = simulate_program(step, graph, vdevice, cost).total_us
+            persistent = simulate_program(step, graph, vdevice, cost, sync).total_us
             ordinary = sum(
                 cost.launch_us(vdevice) + cost.ordinary_us(graph.op(op), vdevice) for op in ops
             )

@@ -22,6 +22,9 @@ class Policy:
 
     name: ClassVar[str] = ""
     OPTIONS: ClassVar[dict[str, Any]] = {}
+    # what the planned rPrograms will synchronise with (set by make_plan): the builders
+    # place and time waits as they will run ("steps" or "counters")
+    sync: str = "steps"
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.OPTIONS))

@@ -31,7 +31,7 @@ class SequentialPolicy(Policy):
                 steps.append(OrdinaryCall(op.name))
                 continue
             kernel = cost.fastest(op, vdevice)
-            prog = RProgram(n, f"rprogram_{len(steps)}")
+            prog = RProgram(n, f"rprogram_{len(steps)}", clocks=self.sync == "steps")
             for r in range(kernel.num_rtasks):
                 prog.append(RTask(op.name, r, kernel.name, levels[op.name]), r % n)
             steps.append(prog)

@@ -19,11 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.counters import CounterWait, counter_scripts, task_counts
 from ..core.graph import RGraph
 from ..core.plan import OrdinaryCall, Plan
 from ..core.rprogram import Barrier, RProgram, RTask
+from ..core.script import Run
 from ..core.vdevice import VDevice
-from ..errors import CapacityError, PlanError
+from ..errors import CapacityError, DeadlockError, PlanError
 from .cost import CostModel
 
 Span = tuple[int, float, float]
@@ -162,15 +164,23 @@ class PlanTiming:
 
 
 def simulate_program(
-    program: RProgram, graph: RGraph, vdevice: VDevice, cost: CostModel
+    program: RProgram, graph: RGraph, vdevice: VDevice, cost: CostModel, sync: str = "steps"
 ) -> ProgramTiming:
-    """Run one rProgram event by event; raises DeadlockError or CapacityError."""
+    """Run one rProgram event by event; raises DeadlockError or CapacityError.
+
+    ``sync="counters"``: the program runs with dependency counters (``core.counters``), its
+    barrier entries ignored: a counter wait ends when the last rTask of each operator it
+    waits for has finished, plus ``cost.barrier_us``."""
     if program.num_veu > vdevice.capacity:
         raise CapacityError(
             f"rProgram {program.name!r} uses {program.num_veu} vEUs but {vdevice.spec.name} "
             f"keeps only {vdevice.capacity} co-resident: vEUs waiting for vEUs that never "
             "start would deadlock"
         )
+    if sync == "counters":
+        return _simulate_counters(program, graph, vdevice, cost)
+    if sync != "steps":
+        raise PlanError(f"sync must be 'steps' or 'counters', not {sync!r}")
     order = program.execution_order()  # raises DeadlockError naming the stuck barriers
     n = program.num_veu
     bar = cost.barrier_us(vdevice)
@@ -215,6 +225,77 @@ def simulate_program(
     )
 
 
+def _simulate_counters(
+    program: RProgram, graph: RGraph, vdevice: VDevice, cost: CostModel
+) -> ProgramTiming:
+    """Event by event over the counter scripts: a vEU runs until a wait names an operator
+    with rTasks left, and resumes when that operator's last rTask finishes."""
+    scripts = counter_scripts(program, graph)
+    left = task_counts(program)
+    n = program.num_veu
+    bar = cost.barrier_us(vdevice)
+    clock = [0.0] * n
+    busy = [0.0] * n
+    wait = [0.0] * n
+    pos = [0] * n
+    done_at: dict[str, float] = {}
+    blocked: dict[str, list[int]] = {}
+    spans: dict[tuple[str, int], Span] = {}
+    barrier_spans: list[Span] = []
+    durations: dict[tuple[str, str], float] = {}
+    stack = list(range(n - 1, -1, -1))
+    while stack:
+        v = stack.pop()
+        script = scripts[v]
+        i = pos[v]
+        while i < len(script):
+            item = script[i]
+            if isinstance(item, CounterWait):
+                missing = next((op for op in item.ops if left[op]), None)
+                if missing is not None:
+                    blocked.setdefault(missing, []).append(v)
+                    break
+                ready = max(done_at[op] for op in item.ops)
+                arrive = clock[v]
+                wait[v] += max(0.0, ready - arrive)
+                clock[v] = max(arrive, ready) + bar
+                barrier_spans.append((v, arrive, clock[v]))
+            elif isinstance(item, Run):
+                op = item.op
+                d = _duration(
+                    RTask(op, item.start, program.kernel_of(op)), graph, vdevice, cost, durations
+                )
+                for r in item.ids():
+                    start = clock[v]
+                    clock[v] = start + d
+                    busy[v] += d
+                    spans[(op, r)] = (v, start, clock[v])
+                left[op] -= item.count
+                done_at[op] = max(done_at.get(op, 0.0), clock[v])
+                if not left[op]:
+                    stack.extend(blocked.pop(op, ()))
+            i += 1
+        pos[v] = i
+    stuck = [v for v in range(n) if pos[v] < len(scripts[v])]
+    if stuck:
+        v = stuck[0]
+        item = scripts[v][pos[v]]
+        raise DeadlockError(
+            f"rProgram {program.name!r}: vEU {v} waits for {', '.join(item.ops)} forever "
+            f"({len(stuck)} vEUs stuck)"
+        )
+    return ProgramTiming(
+        max(clock),
+        busy,
+        cost.launch_us(vdevice),
+        bar * len(barrier_spans),
+        spans,
+        barrier_spans,
+        wait,
+        len(barrier_spans),
+    )
+
+
 def _duration(
     t: RTask, graph: RGraph, vdevice: VDevice, cost: CostModel, memo: dict[tuple[str, str], float]
 ) -> float:
@@ -230,18 +311,21 @@ def simulate(
     graph: RGraph | None = None,
     vdevice: VDevice | None = None,
     cost: CostModel | None = None,
+    sync: str | None = None,
 ) -> PlanTiming:
     """Simulate a plan (or a list of steps) step by step on one time line.
 
-    With a Plan, ``graph`` and ``vdevice`` default to the plan's own; ``cost`` to the
-    analytical model.
+    With a Plan, ``graph`` and ``vdevice`` default to the plan's own, ``sync`` to what its
+    rPrograms run with; ``cost`` to the analytical model.
     """
     if isinstance(plan_steps, Plan):
         steps = plan_steps.steps
         graph = graph or plan_steps.graph
         vdevice = vdevice or plan_steps.vdevice
+        sync = sync or plan_steps.sync
     else:
         steps = plan_steps
+    sync = sync or "steps"
     if graph is None or vdevice is None:
         raise PlanError("simulate needs the graph and the vDevice of a list of steps")
     if cost is None:
@@ -256,7 +340,7 @@ def simulate(
             run = cost.ordinary_us(graph.op(s.op), vdevice)
             out.append(StepTiming(s.op, "ordinary", now, now + launch + run, launch))
         else:
-            t = simulate_program(s, graph, vdevice, cost)
+            t = simulate_program(s, graph, vdevice, cost, sync)
             name = s.name or f"rprogram_{k}"
             out.append(StepTiming(name, "rprogram", now, now + t.total_us, t.launch_us, t))
         now = out[-1].end_us
@@ -268,6 +352,7 @@ def simulate_plan(
     graph: RGraph,
     vdevice: VDevice,
     cost: CostModel,
+    sync: str = "steps",
 ) -> float:
     """Total microseconds: every step pays a launch; a program its makespan, an ordinary
     call its operator on the whole device."""
@@ -277,7 +362,7 @@ def simulate_plan(
         if isinstance(s, OrdinaryCall):
             total += cost.launch_us(vdevice) + cost.ordinary_us(graph.op(s.op), vdevice)
         else:
-            total += simulate_program(s, graph, vdevice, cost).total_us
+            total += simulate_program(s, graph, vdevice, cost, sync).total_us
     return total
 
 

@@ -71,8 +71,8 @@ class WavefrontPolicy(Policy):
             return efficient
         return fastest
 
-    @staticmethod
     def _alone(
+        self,
         wave: list[str],
         kernels: dict[str, RKernel],
         graph: RGraph,
@@ -81,7 +81,7 @@ class WavefrontPolicy(Policy):
         level: int = 0,
     ) -> ProgramBuilder:
         """The wave placed alone in a new rProgram."""
-        b = ProgramBuilder(graph, vdevice, cost, "")
+        b = ProgramBuilder(graph, vdevice, cost, "", self.sync)
         b.place(level, wave, kernels)
         return b
 
@@ -97,7 +97,7 @@ class WavefrontPolicy(Policy):
     ) -> list[RProgram | OrdinaryCall]:
         steps: list[RProgram | OrdinaryCall] = []
         launch = cost.launch_us(vdevice)
-        cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
+        cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}", self.sync)
         limit = ProgramLimit(graph, self.options)  # counts what cur holds
         for w, wave in enumerate(graph.waves()):
             supported = [n for n in wave if graph.op(n).supported]
@@ -106,7 +106,7 @@ class WavefrontPolicy(Policy):
                 kernels = self.select_rkernels(supported, graph, vdevice, cost)
                 if limit.would_exceed(supported):
                     steps.append(cur.program)
-                    cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
+                    cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}", self.sync)
                     limit.reset()
                 limit.add(supported)
                 if cur.is_empty():
@@ -129,7 +129,7 @@ class WavefrontPolicy(Policy):
                 if not cur.is_empty():
                     steps.append(cur.program)
                 steps.extend(OrdinaryCall(n) for n in ordinary)
-                cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}")
+                cur = ProgramBuilder(graph, vdevice, cost, f"rprogram_{len(steps)}", self.sync)
                 limit.reset()
         if not cur.is_empty():
             steps.append(cur.program)

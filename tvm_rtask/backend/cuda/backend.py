@@ -13,6 +13,7 @@ from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import OptionError, SpillError, UnsupportedOperator
 from ..base import Backend, ProgramIO, load_tuned
+from .arena import plan_arenas
 from .compile_cache import install_compile_callback
 from .dispatch import (
     CUDAProgramCode,
@@ -315,9 +316,13 @@ class CUDABackend(Backend):
         else:
             table, pairs = program_table(program, op_index)
             words = sync_words(program.num_veu)
+        arenas = plan_arenas(list(io.workspaces))
+        packed = {t.name for a in arenas for t, _ in a.members}
+        loose = [t for t in io.workspaces if t.name not in packed]
         code = CUDAProgramCode(
             inputs=list(io.inputs),
-            outputs=[*io.outputs, *io.workspaces],
+            outputs=[*io.outputs, *loose],
+            arenas=arenas,
             calls=calls,
             num_veu=program.num_veu,
             threads=plan.vdevice.threads,
@@ -333,11 +338,16 @@ class CUDABackend(Backend):
             trap_on_timeout=not cuda.check_status,
         )
         constants = [
+            relax.const(code.offset_table()[0]),
             relax.const(table),
             relax.const(pairs),
             relax.const(words),
         ]
-        return func, constants, [t.name for t in (*io.outputs, *io.workspaces)]
+        return (
+            func,
+            constants,
+            [*(t.name for t in (*io.outputs, *loose)), *(a.decl for a in arenas)],
+        )
 
     def finish_main(self, main, rprogram_calls, options):
         if not CUDAOptions.parse(options, self.target).check_status or not rprogram_calls:

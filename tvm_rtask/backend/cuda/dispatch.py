@@ -18,9 +18,11 @@ Grid = vEUs, block = the largest rTask's threads. vEU ``bx`` walks its row of an
   publishes ``step[bx] = count``; the last vEU to finish zeroes the steps.
 
 Each distinct rKernel's body appears once in the kernel, whatever the number of operators
-that use it: operators with the same rKernel get contiguous indices, and the body reads its
-tensors through pointers chosen by the operator index (a chain of selects over the
-operators' tensors). Code size and nvcc time grow with distinct kernels, not operators.
+that use it: operators with the same rKernel get contiguous indices. The tensors that live
+inside the program are views of per-dtype arenas (``arena.py``): a shared body reads such an
+operand's element offset from a constant table indexed by the operator; an operand that is
+a program input or output is chosen by a chain of selects over the operators' pointers.
+Code size and nvcc time grow with distinct kernels, not operators.
 The sync words (counters or steps, a finish counter, the epoch, status) are a constant input
 that persists across calls.
 """
@@ -39,6 +41,7 @@ from ...core import RGraph, RProgram
 from ...core.counters import Arrive, CounterWait, counter_scripts, task_counts
 from ...core.script import Run, Signal, Wait, scripts_from_program
 from ...tir.common import tensor_buffer
+from .arena import Arena, arena_of
 from .rkernel import CUDARKernel, guard_surplus_threads
 
 NOP, RUN, WAIT, SIGNAL, ARRIVE = 0, 1, 2, 3, 4
@@ -180,7 +183,7 @@ class CUDAProgramCode:
     """What the CUDA dispatcher needs, free of Relax."""
 
     inputs: list  # TensorDecl of the program's inputs
-    outputs: list  # TensorDecl of its outputs, workspaces last (Relax allocates them all)
+    outputs: list  # TensorDecl of its outputs, then workspaces kept out of the arenas
     calls: dict[str, tuple[CUDARKernel, list[str]]]  # op -> (rKernel, tensor names)
     num_veu: int
     threads: int
@@ -190,6 +193,30 @@ class CUDAProgramCode:
     sync: str = "steps"  # "counters" or "steps": what WAIT pairs mean
     # op -> key of its rKernel body; operators with one key share one body (default: own)
     body_of: dict[str, str] = field(default_factory=dict)
+    # the other workspaces, packed into arenas (Relax allocates them after ``outputs``)
+    arenas: list[Arena] = field(default_factory=list)
+
+    def offset_table(self) -> tuple[np.ndarray, dict[tuple[str, int], int]]:
+        """The constant table of arena offsets for shared bodies, and per (first operator of
+        a body, operand) the slot where that operand's offsets start (one per operator of
+        the body, in index order). Only operands that are workspaces of one arena in every
+        operator of the body get a slot."""
+        where = arena_of(self.arenas)
+        values: list[int] = []
+        slots: dict[tuple[str, int], int] = {}
+        for ops in _op_groups(self):
+            if len(ops) < 2:
+                continue
+            names = [self.calls[op][1] for op in ops]
+            for k in range(len(names[0])):
+                operands = [n[k] for n in names]
+                if len(set(operands)) == 1 or not all(t in where for t in operands):
+                    continue
+                if len({where[t][0].name for t in operands}) != 1:
+                    continue
+                slots[(ops[0], k)] = len(values)
+                values += [where[t][1] for t in operands]
+        return np.asarray(values or [0], "int32"), slots
 
 
 def operator_index(ops: list[str], body_of: dict[str, str]) -> dict[str, int]:
@@ -305,17 +332,35 @@ def _substitute_params(kernel: CUDARKernel, buffers: dict, names: list[str], rta
     return tvm_ffi.structural_map(func.body, (tirx.Var, lambda v: mapping.get(v.__chandle__(), v)))
 
 
-def _shared_body(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, rtask, tid):
-    """One copy of the rKernel of ``ops``, reading each tensor through the operator's pointer."""
+def _shared_body(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, rtask, tid, arenas):
+    """One copy of the rKernel of ``ops``, reading each tensor through the operator's pointer
+    (an arena operand: through the operator's offset in the offset table)."""
     kernel, _ = code.calls[ops[0]]
     func = s_tir.renew_defs(kernel.func)
     *buffer_params, rtask_param, tid_param = func.params
     mapping = {rtask_param.__chandle__(): rtask, tid_param.__chandle__(): tid}
     decls = []
+    offsets, slots, arena_buffers = arenas
+    where = arena_of(code.arenas)
+    first = _i32(code.op_index[ops[0]])
     for k, param in enumerate(buffer_params):
         tensors = [buffers[code.calls[op][1][k]] for op in ops]
         if all(t.same_as(tensors[0]) for t in tensors):
             mapping[param.__chandle__()] = tensors[0]
+            continue
+        slot = slots.get((ops[0], k))
+        if slot is not None:
+            arena = arena_buffers[where[code.calls[ops[0]][1][k]][0].name]
+            offset = tirx.Var(f"{param.name}_offset", "int32")
+            index = tirx.Add(_i32(slot), tirx.Sub(op_word, first))
+            view = tirx.decl_buffer(
+                param.shape, param.dtype, param.name, data=arena.data, elem_offset=offset
+            )
+            decls += [
+                tirx.Bind(offset, tirx.BufferLoad(offsets, [index])),
+                tirx.DeclBuffer(view, data=arena.data),
+            ]
+            mapping[param.__chandle__()] = view
             continue
         # select the address by operator index: the last operator's is the default
         address = _helper(
@@ -352,6 +397,19 @@ def build_cuda_dispatcher(
         raise ValueError(f"sync must be one of {SYNC_MODES}, got {code.sync!r}")
     counters = code.sync == "counters"
     buffers = {t.name: tensor_buffer(t, narrow=True) for t in (*code.inputs, *code.outputs)}
+    arena_buffers = {a.name: tensor_buffer(a.decl, narrow=True) for a in code.arenas}
+    views = []
+    for a in code.arenas:
+        data = arena_buffers[a.name].data
+        for t, off in a.members:
+            own = tensor_buffer(t, narrow=True)
+            view = tirx.decl_buffer(
+                own.shape, own.dtype, own.name, data=data, elem_offset=_i32(off)
+            )
+            buffers[t.name] = view
+            views.append(tirx.DeclBuffer(view, data=data))
+    offset_values, offset_slots = code.offset_table()
+    offsets = tirx.decl_buffer([len(offset_values)], "int32", "rtask_offsets")
     num_veu, width = code.table.shape[0], code.table.shape[1]
     table = tirx.decl_buffer([num_veu, width, ENTRY_WORDS], "int32", "rtask_table")
     pairs = tirx.decl_buffer([code.pairs.shape[0], 2], "int32", "rtask_pairs")
@@ -389,7 +447,9 @@ def build_cuda_dispatcher(
             body = _substitute_params(kernel, buffers, names, rtask, tx)
             selected = tirx.EQ(a, _i32(code.op_index[ops[0]]))
         else:
-            body = _shared_body(code, ops, buffers, a, rtask, tx)
+            body = _shared_body(
+                code, ops, buffers, a, rtask, tx, (offsets, offset_slots, arena_buffers)
+            )
             lo, hi = code.op_index[ops[0]], code.op_index[ops[-1]]
             selected = tirx.And(tirx.GE(a, _i32(lo)), tirx.LE(a, _i32(hi)))
         if kernel.threads < code.threads:
@@ -459,10 +519,10 @@ def build_cuda_dispatcher(
     else:
         finish_call = _device_call("tvm_rtask_finish", sync_ptr(_i32(0)), _i32(num_veu))
     finish = tirx.IfThenElse(first_thread, finish_call, None)
-    thread_body = [entries, _sync(), finish]
+    thread_body = [*views, entries, _sync(), finish]
     if counters:
         read_epoch = _helper("int32", "tvm_rtask_epoch", sync_ptr(_i32(finish_word + 1)))
-        thread_body.insert(0, tirx.Bind(epoch, read_epoch))
+        thread_body.insert(len(views), tirx.Bind(epoch, read_epoch))
     threads = tirx.For(
         tx,
         _i32(0),
@@ -480,13 +540,16 @@ def build_cuda_dispatcher(
         thread_binding=tirx.IterVar(None, bx, 1, "blockIdx.x"),
     )
     root = s_tir.SBlock([], [], [], "root", grid)
-    # call_tir order: inputs (the three tables are constant inputs), then outputs.
+    # call_tir order: inputs (the four tables are constant inputs, the sync words last),
+    # then outputs and the arenas
     params = [
         *(buffers[t.name] for t in code.inputs),
+        offsets,
         table,
         pairs,
         sync,
         *(buffers[t.name] for t in code.outputs),
+        *arena_buffers.values(),
     ]
     func = tirx.PrimFunc(params, s_tir.SBlockRealize([], True, root))
     return func.with_attrs({"s_tir": True, "tirx.noalias": False, "tirx.is_scheduled": True})
