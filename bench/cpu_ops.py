@@ -24,10 +24,13 @@ timed in interleaved rounds. Rows sorted by the time tvm-rtask loses to ONNX Run
 all uses of the operator in the model; the rule that scheduled it is named.
 
 ``--e2e``: whole models under ``tvm_rtask.compile(policy="wavefront")`` with the rules off
-and on (option ``cpu_rules``), and ONNX Runtime on the same threads, each checked against
-ONNX Runtime's numbers; the rules-on build and ONNX Runtime are timed in interleaved rounds
-(the medians of all rounds), so that load from other processes hits both alike, the much
-slower rules-off build in its own rounds afterwards.
+and on (option ``cpu_rules``, both with ``db=False``: no tuning records), with the record set
+shipped for the target when there is one (``db`` unset, as ``compile`` does by default:
+``rtask_wavefront_shipped_set``), and ONNX Runtime on the same threads, each checked against
+ONNX Runtime's numbers; the rules-on and shipped-set builds and ONNX Runtime are timed in
+interleaved rounds (the medians of all rounds), so that load from other processes hits them
+alike, the much slower rules-off build in its own rounds afterwards (``--skip-rules-off``
+leaves it out).
 """
 
 from __future__ import annotations
@@ -310,7 +313,8 @@ def ort_report(
         inputs = random_inputs(op["model"])
         mod = tvm_rtask.frontend.load(op["model"])
         try:
-            ex = tvm_rtask.compile(mod, target, policy="sequential", num_veu=threads)
+            # the rules alone (db=False): a shipped record set is timed by --e2e
+            ex = tvm_rtask.compile(mod, target, policy="sequential", num_veu=threads, db=False)
         except Exception as err:  # reported, not fatal: the other operators still count
             message = str(err).strip().splitlines()[-1][:200]
             print(f"{name:13s} {op['ops']:10s} {str(op['input_shapes'][:1]):22s} failed: {message}")
@@ -369,9 +373,18 @@ def ort_report(
 
 
 # -- whole models -------------------------------------------------------------------------------
-def _e2e_model(name: str, threads: int, warmup: int, repeat: int, rounds: int, target) -> dict:
+def _e2e_model(
+    name: str,
+    threads: int,
+    warmup: int,
+    repeat: int,
+    rounds: int,
+    target,
+    skip_rules_off: bool = False,
+) -> dict:
     from tvm import relax
 
+    from tvm_rtask.records.sets import resolve_db
     from tvm_rtask.testing.onnx_light import (
         onnxruntime_outputs,
         random_inputs,
@@ -384,9 +397,21 @@ def _e2e_model(name: str, threads: int, warmup: int, repeat: int, rounds: int, t
     mod = tvm_rtask.frontend.load(model)
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
     runners, result = {}, {"name": name, "target": str(target), "configs": {}}
-    for config, rules in (("rtask_wavefront_rules_off", False), ("rtask_wavefront_rules_on", True)):
+    configs = [
+        ("rtask_wavefront_rules_off", False, False),
+        ("rtask_wavefront_rules_on", True, False),
+    ]
+    if skip_rules_off:
+        configs = configs[1:]
+    shipped = resolve_db(None, target)
+    if shipped:  # the record set shipped for this target, as compile uses it by default
+        configs.append(("rtask_wavefront_shipped_set", True, None))
+        result["shipped_set"] = shipped
+    for config, rules, db in configs:
         start = time.perf_counter()
-        ex = tvm_rtask.compile(mod, target, policy="wavefront", num_veu=threads, cpu_rules=rules)
+        ex = tvm_rtask.compile(
+            mod, target, policy="wavefront", num_veu=threads, cpu_rules=rules, db=db
+        )
         compile_s = time.perf_counter() - start
         set_num_threads(threads)
         vm = relax.VirtualMachine(ex, tvm.cpu())
@@ -403,9 +428,10 @@ def _e2e_model(name: str, threads: int, warmup: int, repeat: int, rounds: int, t
     result["configs"]["onnxruntime"] = {}
     # the rules-off build is 30x slower: timed in its own rounds after the others, so that
     # its seconds of two busy threads do not sit between the runs compared with ONNX Runtime
-    slow = {"rtask_wavefront_rules_off": runners.pop("rtask_wavefront_rules_off")}
+    slow = {k: runners.pop(k) for k in ["rtask_wavefront_rules_off"] if k in runners}
     stats_of = interleaved(runners, warmup, repeat, rounds)
-    stats_of.update(interleaved(slow, 1, repeat, rounds))
+    if slow:
+        stats_of.update(interleaved(slow, 1, repeat, rounds))
     for config, stats in stats_of.items():
         result["configs"][config].update(stats)
         print(
@@ -463,6 +489,9 @@ def main() -> None:
     mode.add_argument("--e2e", action="store_true", help="whole models: rules off/on, ORT")
     mode.add_argument("--ort", action="store_true", help="per operator against ONNX Runtime")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--skip-rules-off", action="store_true", help="--e2e: leave out the rules-off build"
+    )
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
     target = as_target(json.loads(args.target) if args.target.startswith("{") else args.target)
@@ -484,7 +513,9 @@ def main() -> None:
         doc["versions"] = _versions()
     if args.e2e:
         models = [
-            _e2e_model(m, threads, args.warmup, args.repeat, args.rounds, target)
+            _e2e_model(
+                m, threads, args.warmup, args.repeat, args.rounds, target, args.skip_rules_off
+            )
             for m in args.models
         ]
         for m in models:
