@@ -189,6 +189,12 @@ def cmd_ship(args) -> None:
     ledger = Ledger(work)
     tuned = TunedKernels(work, "llvm", top_k=1)
     out_dir = Path(args.out or ROOT / "tvm_rtask" / "records" / "shipped" / args.set)
+    reuse, reuse_from = {}, None
+    if args.reuse:  # times of a previous ship run, for operators whose best record is the same
+        previous = json.loads(Path(args.reuse).read_text())
+        reuse, reuse_from = previous["operators"], previous["command"][-1]
+        if previous.get("compared_on") != {lbl: str(t) for lbl, t in targets.items()}:
+            raise SystemExit(f"--reuse {args.reuse}: compared on other targets")
     keep: list = []  # (workload mod, record)
     operators: dict[str, dict] = {}
     models: dict[str, dict] = {}
@@ -210,7 +216,12 @@ def cmd_ship(args) -> None:
                     schedule = tuned.schedules(task.func)[0]
                     entry["trials"] = len(valid_records(database, task_module(task.func), 10**6))
                     entry["record_us"] = round(schedule.us, 2)
-                    times = compare(task.func, schedule.func, targets, args.repeat, args.rounds)
+                    old = reuse.get(key, {})
+                    if old.get("times") and old.get("record_us") == entry["record_us"]:
+                        times = old["times"]  # the same best record, compared before
+                        entry["times_from"] = old.get("times_from") or reuse_from
+                    else:
+                        times = compare(task.func, schedule.func, targets, args.repeat, args.rounds)
                     entry["times"] = times
                     wins = all(t["speedup"] >= args.min_speedup for t in times.values())
                     accurate = all(t["rel_error"] < 1e-4 for t in times.values())
@@ -266,7 +277,7 @@ def cmd_ship(args) -> None:
         "date": datetime.date.today().isoformat(),
         "machine": f"{platform.machine()} {_cpu_model()} ({os.cpu_count()} cores), "
         f"LLVM host cpu {host}",
-        "command": _commands(work),
+        "command": _commands(work, _times_from(operators)),
         "rule": f"a record is kept only where it was at least {args.min_speedup}x as fast as "
         "the CPU rules' schedule of the same operator (or the unscheduled TIR where no rule "
         "applies) under every target of compared_on, timed in one process, interleaved, "
@@ -292,11 +303,18 @@ def _cpu_model() -> str:
     return cpu_model_name()
 
 
-def _commands(work: str) -> list[str]:
-    """The commands that made the set: the tune runs logged in the work directory, and this."""
+def _times_from(operators: dict) -> list[str]:
+    """The earlier ship runs whose times the manifest reuses, in first-use order."""
+    found = [e["times_from"] for e in operators.values() if e.get("times_from")]
+    return list(dict.fromkeys(found))
+
+
+def _commands(work: str, reused: list[str]) -> list[str]:
+    """The commands that made the set: the tune runs logged in the work directory, the ship
+    run whose times were reused, and this one."""
     log = Path(work, "ship_commands.txt")
     done = log.read_text().splitlines() if log.exists() else []
-    return [*done, "python bench/ship_records.py " + " ".join(sys.argv[1:])]
+    return [*done, *reused, "python bench/ship_records.py " + " ".join(sys.argv[1:])]
 
 
 def main() -> None:
@@ -316,6 +334,11 @@ def main() -> None:
             p.add_argument("--rounds", type=int, default=3)
             p.add_argument("--out", help="default tvm_rtask/records/shipped/<set>")
             p.add_argument("--json", help="also write the manifest here")
+            p.add_argument(
+                "--reuse",
+                help="a previous run's manifest.json: its times are reused for operators whose "
+                "best record is unchanged (their entries say times_from)",
+            )
             p.add_argument(
                 "--min-speedup",
                 type=float,
