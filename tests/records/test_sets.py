@@ -217,6 +217,18 @@ def test_db_false_and_none_turn_the_shipped_set_off(tiny_set):
         assert all(k.est_us is None for k in _matmul_kernels(plan))  # the rules' schedule
 
 
+def test_pass_context_db_none_turns_the_shipped_set_off(tiny_set):
+    import tvm
+
+    import tvm_rtask
+    from tvm_rtask import frontend
+
+    mod = frontend.load(tiny_set["model"])
+    with tvm.transform.PassContext(config={"rtask.db": "none"}):
+        plan = tvm_rtask.plan(mod, HASWELL, num_veu=2)
+    assert plan.options["db"] is False
+
+
 def test_plain_llvm_never_uses_the_avx2_set(tiny_set):
     import tvm_rtask
     from tvm_rtask import frontend
