@@ -10,8 +10,8 @@ the backend instead of testing the kind. ``docs/adding-a-backend.md`` walks thro
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import tvm
 from tvm.target import Target
@@ -30,6 +30,9 @@ class ProgramIO:
     inputs: list[TensorDecl]
     outputs: list[TensorDecl]
     workspaces: list[TensorDecl]
+    # the inputs that are constants of the model (weights), by name: a backend may fold
+    # them into constants of its own and leave them out of the call (``lower_program``)
+    constant_values: dict[str, Any] = field(default_factory=dict)
 
 
 class Backend:
@@ -108,7 +111,11 @@ class Backend:
         """The persistent PrimFunc of one rProgram, the constant inputs it takes after the
         program's inputs, and what it returns: the names of the program's outputs first (in
         ``io.outputs`` order), then any further tensor Relax must allocate for it, by name
-        (a workspace) or as a ``TensorDecl`` of a buffer of its own (e.g. an arena)."""
+        (a workspace) or as a ``TensorDecl`` of a buffer of its own (e.g. an arena).
+
+        A fourth element, when returned, lists the inputs the call passes (in order, before
+        the constants): a backend that folded constant inputs (``io.constant_values``) into
+        its own constants leaves them out; without it every input is passed."""
         raise NotImplementedError
 
     def finish_main(self, main, rprogram_calls: list, options: RTaskOptions):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
+from tvm.ir.expr import Constant
 
 from ..backend import ProgramIO, get_backend
 from ..core import OrdinaryCall, Plan, RProgram
@@ -59,11 +60,14 @@ def _lower_program(
     tensors = extracted.tensors
     inputs, outputs, workspaces = _program_tensors(program, plan, consumers, extracted.escaping)
     io = ProgramIO(
-        *([_decl(t, tensors[t]) for t in names] for names in (inputs, outputs, workspaces))
+        *([_decl(t, tensors[t]) for t in names] for names in (inputs, outputs, workspaces)),
+        constant_values={
+            t: tensors[t].value.numpy() for t in inputs if isinstance(tensors[t], Constant)
+        },
     )
-    func, constants, results = backend.lower_program(program, plan, options, mod, io)
+    func, constants, results, *passed = backend.lower_program(program, plan, options, mod, io)
     gvar = builder.add_func(func, f"rprogram_{k}")
-    args = relax.Tuple([*(tensors[t] for t in inputs), *constants])
+    args = relax.Tuple([*(tensors[t] for t in (passed[0] if passed else inputs)), *constants])
     if len(results) == 1:
         value = relax.op.call_tir(gvar, args, tensors[results[0]].ty)
         return [relax.VarBinding(tensors[results[0]], value)]

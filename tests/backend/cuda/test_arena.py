@@ -93,3 +93,42 @@ def test_the_offset_table_gives_each_operator_its_workspace(shared):
                      key=code.op_index.get)  # fmt: skip
         for i, op in enumerate(ops):
             assert values[slot + i] == where[calls[op][1][k]][1]
+
+
+def test_constant_weights_are_folded_into_one_constant_arena():
+    import tvm
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    rng = np.random.default_rng(0)
+    w = {n: rng.standard_normal((4, 4, 3, 3)).astype("float32") for n in ("w1", "w2")}
+    bound = relax.transform.BindParams("main", {k: tvm.runtime.tensor(v) for k, v in w.items()})(
+        SharedKernels
+    )
+    prepared = RTaskPrepare(None, "cuda")(bound)
+    planned = PlanRPrograms("cuda", num_veu=8, verify_occupancy=False)(prepared)
+    mod = LowerRPrograms()(planned)
+    func = mod["rprogram_0"]
+    names = [str(p.name) for p in func.params]
+    # x; the float32 weight arena; four tables; d; the workspace arena
+    assert len(names) == 1 + 1 + 4 + 1 + 1, names
+    assert names[1].startswith("rtask_weights_float32")
+    calls = [
+        b.value
+        for block in mod["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call) and "rprogram_0" in str(b.value.args[0])
+    ]
+    (call,) = calls
+    packed = call.args[1].fields[1]
+    assert isinstance(packed, Constant)
+    data = packed.value.numpy()
+    # both weights are in it, each at a 256-byte aligned offset
+    for v in w.values():
+        flat = v.reshape(-1)
+        starts = [
+            i
+            for i in range(0, data.size - flat.size + 1, 64)
+            if np.array_equal(data[i : i + flat.size], flat)
+        ]
+        assert starts, "a weight is missing from the constant arena"

@@ -9,6 +9,10 @@ of its arena at a constant element offset. An rKernel body shared by several ope
 a workspace operand's offset from a constant table indexed by the operator (see
 ``dispatch.py``), instead of choosing between pointer parameters.
 
+The model's weights that a program reads are packed the same way, into constant arenas
+(``arena_values``): they were most of the remaining parameters (NASNet: about 500 per
+rProgram).
+
 Offsets are aligned to 256 bytes (the alignment of TVM's own allocations, enough for every
 vector access a scheduled kernel makes), and an arena stays below 2**31 elements so that
 its indices are int32 like the rest of the kernel's.
@@ -83,3 +87,12 @@ def plan_arenas(workspaces: list[TensorDecl], prefix: str = "rtask_arena") -> li
 def arena_of(arenas: list[Arena]) -> dict[str, tuple[Arena, int]]:
     """Workspace name -> (its arena, its element offset)."""
     return {t.name: (a, off) for a in arenas for t, off in a.members}
+
+
+def arena_values(arena: Arena, values: dict[str, np.ndarray]) -> np.ndarray:
+    """The contents of an arena of constants: each member's values at its offset."""
+    out = np.zeros(max(arena.size, 1), dtype=arena.dtype)
+    for t, off in arena.members:
+        data = np.asarray(values[t.name], dtype=arena.dtype).reshape(-1)
+        out[off : off + data.size] = data
+    return out

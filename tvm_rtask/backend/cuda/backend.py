@@ -13,7 +13,7 @@ from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import OptionError, SpillError, UnsupportedOperator
 from ..base import Backend, ProgramIO, load_tuned
-from .arena import plan_arenas
+from .arena import arena_values, plan_arenas
 from .compile_cache import install_compile_callback
 from .dispatch import (
     CUDAProgramCode,
@@ -319,10 +319,15 @@ class CUDABackend(Backend):
         arenas = plan_arenas(list(io.workspaces))
         packed = {t.name for a in arenas for t, _ in a.members}
         loose = [t for t in io.workspaces if t.name not in packed]
+        weights = [t for t in io.inputs if t.name in io.constant_values]
+        weight_arenas = plan_arenas(weights, prefix="rtask_weights")
+        folded = {t.name for a in weight_arenas for t, _ in a.members}
+        passed = [t for t in io.inputs if t.name not in folded]
         code = CUDAProgramCode(
-            inputs=list(io.inputs),
+            inputs=passed,
             outputs=[*io.outputs, *loose],
             arenas=arenas,
+            weight_arenas=weight_arenas,
             calls=calls,
             num_veu=program.num_veu,
             threads=plan.vdevice.threads,
@@ -338,16 +343,14 @@ class CUDABackend(Backend):
             trap_on_timeout=not cuda.check_status,
         )
         constants = [
+            *(relax.const(arena_values(a, io.constant_values)) for a in weight_arenas),
             relax.const(code.offset_table()[0]),
             relax.const(table),
             relax.const(pairs),
             relax.const(words),
         ]
-        return (
-            func,
-            constants,
-            [*(t.name for t in (*io.outputs, *loose)), *(a.decl for a in arenas)],
-        )
+        results = [*(t.name for t in (*io.outputs, *loose)), *(a.decl for a in arenas)]
+        return func, constants, results, [t.name for t in passed]
 
     def finish_main(self, main, rprogram_calls, options):
         if not CUDAOptions.parse(options, self.target).check_status or not rprogram_calls:

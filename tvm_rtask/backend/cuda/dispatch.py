@@ -195,13 +195,18 @@ class CUDAProgramCode:
     body_of: dict[str, str] = field(default_factory=dict)
     # the other workspaces, packed into arenas (Relax allocates them after ``outputs``)
     arenas: list[Arena] = field(default_factory=list)
+    # constant inputs (weights) packed into constant arenas, passed after ``inputs``
+    weight_arenas: list[Arena] = field(default_factory=list)
+
+    def all_arenas(self) -> list[Arena]:
+        return [*self.weight_arenas, *self.arenas]
 
     def offset_table(self) -> tuple[np.ndarray, dict[tuple[str, int], int]]:
         """The constant table of arena offsets for shared bodies, and per (first operator of
         a body, operand) the slot where that operand's offsets start (one per operator of
         the body, in index order). Only operands that are workspaces of one arena in every
         operator of the body get a slot."""
-        where = arena_of(self.arenas)
+        where = arena_of(self.all_arenas())
         values: list[int] = []
         slots: dict[tuple[str, int], int] = {}
         for ops in _op_groups(self):
@@ -341,7 +346,7 @@ def _shared_body(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, 
     mapping = {rtask_param.__chandle__(): rtask, tid_param.__chandle__(): tid}
     decls = []
     offsets, slots, arena_buffers = arenas
-    where = arena_of(code.arenas)
+    where = arena_of(code.all_arenas())
     first = _i32(code.op_index[ops[0]])
     for k, param in enumerate(buffer_params):
         tensors = [buffers[code.calls[op][1][k]] for op in ops]
@@ -397,9 +402,9 @@ def build_cuda_dispatcher(
         raise ValueError(f"sync must be one of {SYNC_MODES}, got {code.sync!r}")
     counters = code.sync == "counters"
     buffers = {t.name: tensor_buffer(t, narrow=True) for t in (*code.inputs, *code.outputs)}
-    arena_buffers = {a.name: tensor_buffer(a.decl, narrow=True) for a in code.arenas}
+    arena_buffers = {a.name: tensor_buffer(a.decl, narrow=True) for a in code.all_arenas()}
     views = []
-    for a in code.arenas:
+    for a in code.all_arenas():
         data = arena_buffers[a.name].data
         for t, off in a.members:
             own = tensor_buffer(t, narrow=True)
@@ -540,16 +545,17 @@ def build_cuda_dispatcher(
         thread_binding=tirx.IterVar(None, bx, 1, "blockIdx.x"),
     )
     root = s_tir.SBlock([], [], [], "root", grid)
-    # call_tir order: inputs (the four tables are constant inputs, the sync words last),
-    # then outputs and the arenas
+    # call_tir order: inputs, then constant inputs (weight arenas and the four tables, the
+    # sync words last), then outputs and the workspace arenas
     params = [
         *(buffers[t.name] for t in code.inputs),
+        *(arena_buffers[a.name] for a in code.weight_arenas),
         offsets,
         table,
         pairs,
         sync,
         *(buffers[t.name] for t in code.outputs),
-        *arena_buffers.values(),
+        *(arena_buffers[a.name] for a in code.arenas),
     ]
     func = tirx.PrimFunc(params, s_tir.SBlockRealize([], True, root))
     return func.with_attrs({"s_tir": True, "tirx.noalias": False, "tirx.is_scheduled": True})
