@@ -85,15 +85,17 @@ class _StageTimes(logging.Handler):
             self.seconds[m.group(1)] = self.seconds.get(m.group(1), 0.0) + float(m.group(2))
 
 
-def _sync_counts(plan) -> dict[str, int]:
-    """Step-array (vEU, step) pairs the plan's barriers list, and the dependency-counter
-    waits and (vEU, operator) pairs that replace them on CUDA."""
+def _sync_counts(plan) -> dict[str, int | None]:
+    """Step-array (vEU, step) pairs the plan's barriers list (None for a plan made for
+    counters: it has no barriers; ``--barrier fine`` gives them), and the dependency-counter
+    waits and (vEU, operator) pairs."""
     step_pairs = sum(
         len(e.waits) for p in plan.programs() for es in p.entries for e in es if hasattr(e, "waits")
     )
     stats = [counter_stats(p, plan.graph) for p in plan.programs()]
     return {
-        "step_pairs": step_pairs,
+        "sync": plan.sync,
+        "step_pairs": step_pairs if plan.sync == "steps" else None,
         "counter_waits": sum(s["counter_waits"] for s in stats),
         "counter_pairs": sum(s["wait_pairs"] for s in stats),
         "dependency_edges": sum(s["edges"] for s in stats),

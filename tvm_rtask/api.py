@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import tvm
 
 from . import frontend, native, progress
@@ -69,9 +71,39 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
 def compile_with_plan(
     mod, target="llvm", policy: str | None = None, barrier: str | None = None, **options
 ):
-    """:func:`compile`, also returning the Plan it compiled (no second planning run)."""
+    """:func:`compile`, also returning the Plan it compiled (no second planning run).
+
+    When the backend finds the built kernels wanting (CUDA: a persistent kernel spills
+    registers, option ``spills="replan"``), it is planned and built again with the options
+    the backend asks for, at most ``MAX_REPLANS`` times; each time is logged."""
     tvm_target = as_target(target)
+    backend = get_backend(tvm_target)
+    given = frozenset(k for k, v in options.items() if v is not None)
+    for _ in range(MAX_REPLANS):
+        ex, plan = build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
+        more = backend.replan_options(plan, RTaskOptions.from_dict(plan.options), given)
+        if not more:
+            return ex, plan
+        logging.getLogger("tvm_rtask").info(
+            "planning again with %s: %s", more, _why_replanned(plan)
+        )
+        options = {**options, **more}
     return build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
+
+
+# A CUDA plan goes from 4 to 1 vEU per SM in 3 steps at most.
+MAX_REPLANS = 3
+
+
+def _why_replanned(plan: Plan) -> str:
+    spilled = {k: u for k, u in plan.kernel_usage.items() if u.get("spill_stores")}
+    return (
+        ", ".join(
+            f"{k} spilled {u['spill_stores']} bytes at {u['registers']} registers"
+            for k, u in spilled.items()
+        )
+        or "the backend asked"
+    )
 
 
 def lower(

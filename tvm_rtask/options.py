@@ -21,6 +21,8 @@ FUSIONS = ("fuseops", "stitch", "none")
 # "measured": every rKernel timed alone on the device present and the synchronisation
 # benchmark (runtime.profiler, cached on disk), resolved by PlanRPrograms, which has the module
 COST_MODELS = ("analytical", "measured")
+# CUDA: what a persistent kernel that spills registers does (None: "warn")
+SPILL_POLICIES = ("replan", "warn", "error")
 # Options that travel outside PassContext config keys (a dict and an object).
 _NOT_CONFIG = ("policy_options", "cost")
 
@@ -40,6 +42,9 @@ class RTaskOptions:
     device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
     check_status: bool | None = None  # CUDA: a blocking status check after every call
     verify_occupancy: bool | None = None  # CUDA: ptxas -v registers must fit all vEUs at once
+    # CUDA: a spilling persistent kernel is reported ("warn", the default), re-planned with
+    # fewer vEUs per SM ("replan") or an error ("error", SpillError)
+    spills: str | None = None
     cooperative_launch: bool | None = None  # CUDA: the driver refuses a non-co-resident grid
     cpu_rules: bool | None = None  # llvm: tvm-rtask's schedule rules (convolution); default on
     cuda_rules: bool | None = None  # CUDA: tvm-rtask's schedule rules (convolution); default on
@@ -66,6 +71,8 @@ class RTaskOptions:
             )
         if self.barrier is not None and self.barrier not in BARRIERS:
             raise OptionError(f"barrier must be one of {BARRIERS}, not {self.barrier!r}")
+        if self.spills is not None and self.spills not in SPILL_POLICIES:
+            raise OptionError(f"spills must be one of {SPILL_POLICIES}, not {self.spills!r}")
         if self.fusion not in FUSIONS:
             raise OptionError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
         for key in ("num_veu", "rtasks_per_veu"):

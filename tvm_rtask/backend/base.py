@@ -123,6 +123,14 @@ class Backend:
         host-side checks after the programs)."""
         return main
 
+    def replan_options(
+        self, plan: Plan, options: RTaskOptions, given: frozenset[str] = frozenset()
+    ) -> dict | None:
+        """Options to plan again with after ``build`` found the plan's kernels wanting
+        (CUDA: a persistent kernel that spills gets fewer vEUs per SM), or None. ``given``:
+        the options the user set (never overridden)."""
+        return None
+
     # -- building --------------------------------------------------------------------------
     def build(self, lowered: tvm.IRModule, plan: Plan, options: RTaskOptions):
         """The Relax executable of a lowered module."""

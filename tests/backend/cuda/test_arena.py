@@ -132,3 +132,24 @@ def test_constant_weights_are_folded_into_one_constant_arena():
             if np.array_equal(data[i : i + flat.size], flat)
         ]
         assert starts, "a weight is missing from the constant arena"
+
+
+def test_an_int64_constant_arena_stays_int64():
+    """relax.const makes an int64 numpy array int32 unless told: the arena must not."""
+    import tvm
+
+    import tvm_rtask
+    from tvm_rtask import models as zoo
+
+    mod = zoo.get("lstm_tc", reduced=True)[0]
+    target = {"kind": "cuda", "arch": "sm_90"}
+    lowered = tvm_rtask.lower(mod, target, verify_occupancy=False, num_veu=132, cuda_registers=64)
+    int64 = [
+        p
+        for gv, f in lowered.functions_items()
+        if gv.name_hint.startswith("rprogram_")
+        for p in f.params
+        if str(p.name).startswith("rtask_weights_int64")
+    ]
+    assert int64, "lstm_tc reads int64 constants (gather indices)"
+    tvm.relax.transform.CallTIRRewrite()(lowered)  # checks call_tir argument types

@@ -26,6 +26,7 @@ VARIANT_INFIX = "_rk"
 # Options only the CUDA backend reads: set on llvm, they would be silently ignored.
 _CUDA_ONLY = (
     "cuda_threads",
+    "spills",
     "cuda_registers",
     "device",
     "check_status",
