@@ -4,7 +4,6 @@ measurement and its cache; the CUDA measurement on a GPU."""
 import json
 import math
 import os
-import time
 
 import pytest
 import tvm
@@ -59,10 +58,12 @@ def test_one_veu_has_no_barrier_to_measure():
 
 
 @needs_two_cores
-def test_llvm_benchmark_is_positive_finite_and_cached(tmp_path):
+def test_llvm_benchmark_is_finite_and_cached(tmp_path):
     cost = sb.sync_benchmark("llvm", num_veu=2, num_ops=16, rounds=9, cache_dir=tmp_path)
     assert not cost.cached
-    assert math.isfinite(cost.barrier_us) and cost.barrier_us > 0
+    # differences of medians, clamped at 0: on a loaded machine the noise can exceed the
+    # barriers' cost, so only their sign and finiteness are checked (speed is benchmarked)
+    assert math.isfinite(cost.barrier_us) and cost.barrier_us >= 0
     assert math.isfinite(cost.launch_us) and cost.launch_us >= 0
     assert all(t > 0 for t in cost.medians_us.values())
     assert cost.barrier == "fine" and cost.num_veu == 2 and cost.barriers_per_veu == 15
@@ -70,9 +71,8 @@ def test_llvm_benchmark_is_positive_finite_and_cached(tmp_path):
     (path,) = tmp_path.glob("sync-*.json")
     assert json.loads(path.read_text())["key"] == cost.key
 
-    start = time.perf_counter()
     again = sb.sync_benchmark("llvm", num_veu=2, num_ops=16, rounds=9, cache_dir=tmp_path)
-    assert again.cached and time.perf_counter() - start < 10
+    assert again.cached
     assert (again.barrier_us, again.launch_us) == (cost.barrier_us, cost.launch_us)
 
     # a damaged entry is measured again
