@@ -52,7 +52,7 @@ class RTaskOptions:
     max_kernels_per_program: int | None = None  # distinct kernels (None: backend default)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
     # an rProgram the cost model predicts slower than its operators as ordinary kernels is
-    # replaced by them (None: off)
+    # replaced by them (None: on with cost="measured", off with the analytical model)
     ordinary_fallback: bool | None = None
     # MetaSchedule work directory whose tuned kernels replace the defaults; None: the shipped
     # record set matching the target (records/sets.py); False or "none": no records
@@ -117,6 +117,15 @@ class RTaskOptions:
             )
         _check_policy_options(self.policy, self.policy_options)
         return self
+
+    def falls_back_to_ordinary(self) -> bool:
+        """Whether ``ordinary_fallback`` applies: by default only with a measured cost model,
+        whose predictions can be trusted to rank an rProgram against ordinary kernels."""
+        if self.ordinary_fallback is not None:
+            return self.ordinary_fallback
+        from .schedule.cost import CalibratedCostModel
+
+        return self.cost == "measured" or isinstance(self.cost, CalibratedCostModel)
 
     def cost_model(self):
         """The cost model object the planner uses (``"measured"`` needs the module's

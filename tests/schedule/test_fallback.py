@@ -63,3 +63,17 @@ def test_a_guarded_plan_is_never_estimated_above_ordinary_kernels(graph):
         ordinary = [OrdinaryCall(op.name) for op in graph]
         # every program is at most its operators' ordinary time, ordinary calls are equal
         assert plan.estimated_us <= simulate_plan(ordinary, graph, VD, cost) + 1e-6
+
+
+def test_the_fallback_is_on_by_default_only_with_a_measured_cost_model():
+    from tvm_rtask.options import resolve_options
+    from tvm_rtask.schedule import CalibratedCostModel
+
+    assert not resolve_options({}).falls_back_to_ordinary()
+    assert resolve_options({"cost": "measured"}).falls_back_to_ordinary()
+    calibrated = CalibratedCostModel()
+    assert resolve_options({"cost": calibrated}).falls_back_to_ordinary()
+    assert not resolve_options(
+        {"cost": "measured", "ordinary_fallback": False}
+    ).falls_back_to_ordinary()
+    assert resolve_options({"ordinary_fallback": True}).falls_back_to_ordinary()

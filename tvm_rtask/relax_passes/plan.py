@@ -84,7 +84,7 @@ class PlanRPrograms:
             policy=options.policy,
             cost=cost,
             sync="counters" if backend.barrier(options) == "counter" else "steps",
-            ordinary_fallback=bool(options.ordinary_fallback),
+            ordinary_fallback=options.falls_back_to_ordinary(),
             **policy_arguments(options, backend),
         )
         plan.options = options.to_dict()
