@@ -15,6 +15,7 @@ from .options import RTaskOptions
 from .relax_passes import PLAN_ATTR, PlanRPrograms, RTaskPrepare, rtask_pipeline
 from .relax_passes.ios_merge import IOSOperatorMerge
 from .relax_passes.plan import plan_options
+from .runtime import profiler as _profiler  # noqa: F401 - registers cost="measured"
 from .runtime.config import register_config_options
 
 register_config_options()

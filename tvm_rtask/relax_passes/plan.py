@@ -12,9 +12,10 @@ import tvm
 
 from ..backend import as_target, get_backend, target_dict
 from ..core import RGraph
-from ..errors import remember_errors
+from ..errors import OptionError, remember_errors
 from ..options import RTaskOptions, resolve_options
 from ..schedule import make_plan
+from ..schedule.cost import COST_RESOLVERS
 from ..schedule.limits import LIMIT_OPTIONS
 from ..schedule.registry import get_policy
 from .extract import extract_graph
@@ -71,11 +72,13 @@ class PlanRPrograms:
         vdev = vdevice()
         measured = None
         if options.cost == "measured":  # every rKernel timed on the device present (cached)
-            from ..runtime.profiler import measured_model_for
-
-            cost, measured = measured_model_for(
-                mod, rkernels_for, graph, vdev, options, self.target
-            )
+            resolver = COST_RESOLVERS.get("measured")
+            if resolver is None:
+                raise OptionError(
+                    "cost='measured' is timed by tvm_rtask.runtime.profiler: import it (as "
+                    "tvm_rtask.compile and plan do) before running PlanRPrograms"
+                )
+            cost, measured = resolver(mod, rkernels_for, graph, vdev, options, self.target)
         else:
             cost = options.cost_model()
         plan = make_plan(

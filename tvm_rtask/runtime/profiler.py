@@ -34,19 +34,12 @@ import numpy as np
 from ..backend import as_target, get_backend
 from ..backend.cpu.threads import cpu_model_name  # noqa: F401 - part of this module's API
 from ..core import Plan, RGraph, RKernel, ROperator, VDevice
-from ..schedule.cost import CalibratedCostModel, calibrate
+from ..schedule.cost import CalibratedCostModel, calibrate, register_cost_resolver
 from ..schedule.planner import make_plan
+from .cache import CACHE_ENV, default_cache_dir  # noqa: F401 - part of the API
 from .sync_bench import SyncCost
 
-CACHE_ENV = "TVM_RTASK_CACHE"
 FORMAT = 1
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tvm_rtask" / "profiles"
 
 
 @dataclass
@@ -373,3 +366,6 @@ def plan_measured(
     plan = make_plan(graph, vdevice, policy, cost=cost, **policy_options)
     plan.options = {**plan.options, "cost_model": "calibrated"}
     return plan
+
+
+register_cost_resolver("measured", measured_model_for)

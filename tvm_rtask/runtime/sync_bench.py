@@ -254,7 +254,7 @@ def sync_benchmark(
     from tvm import relax
 
     from .. import native
-    from .profiler import default_cache_dir
+    from .cache import default_cache_dir
 
     target = as_target(target)
     backend = get_backend(target)

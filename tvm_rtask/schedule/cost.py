@@ -7,6 +7,7 @@ Policies only ask these questions, so a measured model (TVM ``time_evaluator``, 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -272,3 +273,15 @@ def _median(xs: list[float]) -> float:
     s = sorted(xs)
     m = len(s) // 2
     return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
+# Cost models made from a module's rKernels by a layer above the passes (``cost="measured"``
+# is timed by ``runtime.profiler``, which registers itself here on import): PlanRPrograms
+# looks the resolver up instead of importing the runtime, which imports the passes.
+COST_RESOLVERS: dict[str, Callable[..., tuple[CostModel, dict]]] = {}
+
+
+def register_cost_resolver(name: str, resolver: Callable[..., tuple[CostModel, dict]]) -> None:
+    """Make ``cost=name`` resolvable by ``PlanRPrograms``: ``resolver(mod, rkernels_for,
+    graph, vdevice, options, target)`` returns the cost model and a summary for the plan."""
+    COST_RESOLVERS[name] = resolver
