@@ -59,6 +59,11 @@ class Backend:
         """How the rPrograms' waits are implemented, ``options.barrier`` or the default."""
         return options.barrier or "fine"
 
+    def sync(self, options: RTaskOptions) -> str:
+        """What the plan's rPrograms synchronise with (``Plan.sync``): dependency counters
+        for ``barrier="counter"``, else their step barriers."""
+        return "counters" if self.barrier(options) == "counter" else "steps"
+
     def device_spec(self, options: RTaskOptions) -> DeviceSpec:
         """The device table entry that scores plans and fusion patterns for this target."""
         raise NotImplementedError

@@ -187,9 +187,7 @@ def cmd_compile(args) -> int:
         plan = plan_policies(model, target, [policy], options)[policy]
     if args.report:
         doc = {**meta, "report": plan.report(), "plan": plan.to_dict()}
-        with open(args.report, "w") as f:
-            json.dump(doc, f, indent=1)
-        print(f"report -> {args.report}")
+        _write_json(args.report, doc, "report")
     if args.gantt:
         require_gantt()(plan, args.gantt, title=f"{model.name}: {plan.policy}")
         print(f"gantt chart -> {args.gantt}")
@@ -283,16 +281,20 @@ def cmd_plan(args) -> int:
     )
     print(format_report_table(title, reports))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {p: {"report": reports[p], "plan": plans[p].to_dict()} for p in plans}, f, indent=1
-            )
-        print(f"plans -> {args.json}")
+        doc = {p: {"report": reports[p], "plan": plans[p].to_dict()} for p in plans}
+        _write_json(args.json, doc, "plans")
     if args.gantt:
         policy = policies[0]
         require_gantt()(plans[policy], args.gantt, title=f"{model.name}: {policy}")
         print(f"gantt chart ({policy}) -> {args.gantt}")
     return 0
+
+
+def _write_json(path: str, doc: dict, what: str) -> None:
+    """Write ``doc`` to ``path`` and say so (``what -> path``)."""
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"{what} -> {path}")
 
 
 def _check_measured(options: dict, target, args) -> None:
@@ -319,9 +321,7 @@ def cmd_profile(args) -> int:
     )
     print(format_profile(title, profile))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"model": model.name, **profile.to_dict()}, f, indent=1)
-        print(f"profile -> {args.json}")
+        _write_json(args.json, {"model": model.name, **profile.to_dict()}, "profile")
     return 0
 
 

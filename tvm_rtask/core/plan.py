@@ -29,6 +29,10 @@ class OrdinaryCall:
 
 Step = RProgram | OrdinaryCall
 
+# What rPrograms synchronise with: their barrier entries (step arrays) or dependency
+# counters derived from the placement (core/counters.py)
+SYNC_MODES = ("steps", "counters")
+
 
 @dataclass
 class Plan:
@@ -75,7 +79,7 @@ class Plan:
         entries, as the CPU runs them) or ``"counters"`` (dependency counters derived from
         the placement, as CUDA runs them by default): the model that runs is the one checked.
         """
-        if sync not in ("steps", "counters"):
+        if sync not in SYNC_MODES:
             raise PlanError(f"sync must be 'steps' or 'counters', not {sync!r}")
         where = self.step_of()
         for op in where:

@@ -706,28 +706,21 @@ class RProgram:
         raw: list[list[Entry]] = [[entry(e) for e in es] for es in d["entries"]]
         if len(raw) != p.num_veu:
             raise PlanError(f"rProgram {p.name!r}: {len(raw)} entry lists for {p.num_veu} vEUs")
-        if not clocks:
-            for v, es in enumerate(raw):
-                for e in es:
-                    if isinstance(e, Barrier):
-                        p.entries[v].append(e)
-                    elif e.key in p._pos:
-                        raise PlanError(f"rProgram {p.name!r}: {e} appears twice")
-                    else:
-                        p._push_task(e, v)
-            if ops and set(ops) == set(p._ops):
-                p._ops = list(ops)
-            return p
-        probe = cls(p.num_veu, p.name)
-        probe.entries = raw  # execution_order reads only the entries
-        try:
-            order = probe.execution_order()
-        except DeadlockError:  # keep an invalid program as it is, so validate() can name it
-            order = [(v, i) for v, es in enumerate(raw) for i in range(len(es))]
+        as_given = [(v, i) for v, es in enumerate(raw) for i in range(len(es))]
+        order = as_given
+        if clocks:  # barriers merge clocks: replay them after the tasks they wait for
+            probe = cls(p.num_veu, p.name)
+            probe.entries = raw  # execution_order reads only the entries
+            try:
+                order = probe.execution_order()
+            except DeadlockError:  # keep an invalid program as it is, so validate() names it
+                pass
         for v, i in order:
             e = raw[v][i]
             if isinstance(e, Barrier):
                 p.append_barrier(v, e)
+            elif not clocks and e.key in p._pos:
+                raise PlanError(f"rProgram {p.name!r}: {e} appears twice")
             else:
                 p._push_task(e, v)
         if ops and set(ops) == set(p._ops):

@@ -86,7 +86,7 @@ class PlanRPrograms:
             vdev,
             policy=options.policy,
             cost=cost,
-            sync="counters" if backend.barrier(options) == "counter" else "steps",
+            sync=backend.sync(options),
             ordinary_fallback=options.falls_back_to_ordinary(),
             **policy_arguments(options, backend),
         )

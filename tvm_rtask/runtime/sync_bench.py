@@ -157,7 +157,7 @@ def _plan(graph: RGraph, vdevice, options, target, variant: str) -> Plan:
     steps += [OrdinaryCall(op.name) for op in graph if not op.supported]
     plan = Plan(graph, vdevice, steps, policy="sync-bench")
     backend = get_backend(target)
-    plan.validate("counters" if backend.barrier(options) == "counter" else "steps")
+    plan.validate(backend.sync(options))
     plan.options = options.to_dict()
     plan.target = target_dict(target)
     return plan

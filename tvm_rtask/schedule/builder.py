@@ -20,13 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.graph import RGraph
+from ..core.plan import SYNC_MODES
 from ..core.rkernel import RKernel
 from ..core.rprogram import Barrier, RProgram, RTask
 from ..core.vdevice import VDevice
 from ..errors import PlanError
 from .cost import CostModel
-
-SYNC_MODES = ("steps", "counters")
 
 
 @dataclass(frozen=True)
@@ -151,20 +150,31 @@ class ProgramBuilder:
             needs = ((self.program.known_matrix() < dep_order) & self._offdiag).any(axis=1)
             ready = _max_excluding_self(dep_finish)
             starts = (np.maximum(self.free, ready) + self.barrier_us * needs).tolist()
+        program = self.program
+
+        def append(task: RTask, v: int, first: bool) -> int:
+            if first and dep_order is not None and needs[v]:
+                return program.append(task, v, after=dep_order)
+            return program.append(task, v)
+
+        self._place_earliest(wave, name, kernel, dur, starts, append)
+
+    def _place_earliest(self, wave, name, kernel, dur, starts, append) -> list[int]:
+        """Rammer's SelectvEU + Append: each rTask of ``name`` on the vEU where it can start
+        earliest (``starts``: per vEU, for its first task of the operator); ``append(task,
+        veu, first)`` puts it in the program behind what it must wait for and returns its
+        order. Returns the rTasks each vEU got."""
+        n = self.n
         heap = list(zip(starts, range(n), strict=True))
         heapq.heapify(heap)
         my_order = np.full(n, -1, dtype=np.int64)
         my_finish = np.full(n, -np.inf)
-        placed = [False] * n
-        program, free, finish, log = self.program, self.free, self.finish, self.log
+        counts = [0] * n
+        free, finish, log = self.free, self.finish, self.log
         for r in range(kernel.num_rtasks):
             t0, v = heapq.heappop(heap)
-            task = RTask(name, r, kernel.name, wave)
-            if placed[v] or dep_order is None or not needs[v]:
-                order = program.append(task, v)
-            else:
-                order = program.append(task, v, after=dep_order)
-            placed[v] = True
+            order = append(RTask(name, r, kernel.name, wave), v, counts[v] == 0)
+            counts[v] += 1
             end = t0 + dur
             free[v] = end
             finish[v].append(end)
@@ -172,6 +182,7 @@ class ProgramBuilder:
             my_order[v], my_finish[v] = order, end
             heapq.heappush(heap, (end, v))
         self._end_op(name, my_order, my_finish)
+        return counts
 
     # -- dependency counters -------------------------------------------------------------
     def _counter_deps(self, name: str) -> tuple[list[str], int, float]:
@@ -216,28 +227,16 @@ class ProgramBuilder:
                 max(f, ready) + (bar if w else 0.0)
                 for f, w in zip(free.tolist(), needs, strict=True)
             ]
-        heap = list(zip(starts, range(n), strict=True))
-        heapq.heapify(heap)
-        my_order = np.full(n, -1, dtype=np.int64)
-        my_finish = np.full(n, -np.inf)
-        counts = [0] * n
-        program, finish, log = self.program, self.finish, self.log
-        for r in range(kernel.num_rtasks):
-            t0, v = heapq.heappop(heap)
-            if counts[v] == 0 and needs[v]:
+        program = self.program
+
+        def append(task: RTask, v: int, first: bool) -> int:
+            if first and needs[v]:
                 self._learn(v, preds)
-            order = program._push_task(RTask(name, r, kernel.name, wave), v)
-            counts[v] += 1
-            end = t0 + dur
-            free[v] = end
-            finish[v].append(end)
-            log.append(Placed(name, r, kernel.name, v))
-            my_order[v], my_finish[v] = order, end
-            heapq.heappush(heap, (end, v))
+            return program.append(task, v)
+
+        counts = self._place_earliest(wave, name, kernel, dur, starts, append)
         if kernel.num_rtasks and max(counts) == kernel.num_rtasks:  # all of it on one vEU
-            v = counts.index(kernel.num_rtasks)
-            self._known_ops[v] |= self._closed[name]
-        self._end_op(name, my_order, my_finish)
+            self._known_ops[counts.index(kernel.num_rtasks)] |= self._closed[name]
 
     def _end_op(self, name: str, order: np.ndarray, finish: np.ndarray) -> None:
         self.frontier[name] = (order, finish)
@@ -341,7 +340,7 @@ class ProgramBuilder:
                     if v not in counts and self._needs_wait(v, own):
                         self._learn(v, preds)
                         t += bar
-                order = program._push_task(RTask(name, p.rtask_id, p.kernel, wave_of[name]), v)
+                order = program.append(RTask(name, p.rtask_id, p.kernel, wave_of[name]), v)
                 counts[v] = counts.get(v, 0) + 1
                 end = t + dur
                 free[v] = end

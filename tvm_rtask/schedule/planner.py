@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.graph import RGraph
-from ..core.plan import OrdinaryCall, Plan
+from ..core.plan import SYNC_MODES, OrdinaryCall, Plan
 from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
 from ..errors import OptionError
-from .builder import SYNC_MODES
 from .cost import AnalyticalCostModel, CostModel
 from .policy import Policy
 from .registry import get_policy

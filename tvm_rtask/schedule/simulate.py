@@ -213,16 +213,7 @@ def simulate_program(
         busy[v] += d
         finish[v].append(clock[v])
         spans[e.key] = (v, start, clock[v])
-    return ProgramTiming(
-        max(clock),
-        busy,
-        cost.launch_us(vdevice),
-        bar * len(barrier_spans),
-        spans,
-        barrier_spans,
-        wait,
-        len(barrier_spans),
-    )
+    return _timing(clock, busy, wait, spans, barrier_spans, bar, cost.launch_us(vdevice))
 
 
 def _simulate_counters(
@@ -284,10 +275,15 @@ def _simulate_counters(
             f"rProgram {program.name!r}: vEU {v} waits for {', '.join(item.ops)} forever "
             f"({len(stuck)} vEUs stuck)"
         )
+    return _timing(clock, busy, wait, spans, barrier_spans, bar, cost.launch_us(vdevice))
+
+
+def _timing(clock, busy, wait, spans, barrier_spans, bar: float, launch: float) -> ProgramTiming:
+    """The timing of a simulated program from its per-vEU clocks, busy and waiting time."""
     return ProgramTiming(
         max(clock),
         busy,
-        cost.launch_us(vdevice),
+        launch,
         bar * len(barrier_spans),
         spans,
         barrier_spans,

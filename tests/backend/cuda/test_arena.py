@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.backend.cuda.test_dispatch import _plan_and_lower_target
 from tests.relax_passes.models import SharedKernels
 from tvm_rtask.backend.cuda import arena
 from tvm_rtask.backend.cuda.arena import ALIGN_BYTES, arena_of, plan_arenas
-from tvm_rtask.core import Plan
-from tvm_rtask.relax_passes import PLAN_ATTR, LowerRPrograms, PlanRPrograms, RTaskPrepare
 from tvm_rtask.tir.common import TensorDecl
 
 
@@ -52,9 +51,7 @@ def test_an_arena_stays_below_int32_indices(monkeypatch):
 
 @pytest.fixture(scope="module")
 def shared():
-    prepared = RTaskPrepare(None, "cuda")(SharedKernels)
-    planned = PlanRPrograms("cuda", num_veu=8, verify_occupancy=False)(prepared)
-    return LowerRPrograms()(planned), Plan.from_json(str(planned.attrs[PLAN_ATTR]))
+    return _plan_and_lower_target(SharedKernels)
 
 
 def test_the_persistent_kernel_takes_one_arena_instead_of_its_workspaces(shared):
@@ -85,7 +82,7 @@ def test_the_offset_table_gives_each_operator_its_workspace(shared):
         op_index=operator_index(program.ops(), body_of), body_of=body_of,
         arenas=plan_arenas(workspaces),
     )  # fmt: skip
-    values, slots = code.offset_table()
+    values, slots = code.offset_table
     where = arena_of(code.arenas)
     assert slots, "the convolutions' outputs are arena operands of one shared body"
     for (first, k), slot in slots.items():
@@ -105,9 +102,7 @@ def test_constant_weights_are_folded_into_one_constant_arena():
     bound = relax.transform.BindParams("main", {k: tvm.runtime.tensor(v) for k, v in w.items()})(
         SharedKernels
     )
-    prepared = RTaskPrepare(None, "cuda")(bound)
-    planned = PlanRPrograms("cuda", num_veu=8, verify_occupancy=False)(prepared)
-    mod = LowerRPrograms()(planned)
+    mod, _ = _plan_and_lower_target(bound)
     func = mod["rprogram_0"]
     names = [str(p.name) for p in func.params]
     # x; the float32 weight arena; four tables; d; the workspace arena

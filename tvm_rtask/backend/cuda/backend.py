@@ -13,7 +13,7 @@ from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import OptionError, SpillError, UnsupportedOperator
 from ..base import Backend, ProgramIO, load_tuned
-from .arena import arena_values, plan_arenas
+from .arena import arena_of, arena_values, plan_arenas
 from .compile_cache import install_compile_callback
 from .dispatch import (
     CUDAProgramCode,
@@ -309,7 +309,7 @@ class CUDABackend(Backend):
                 False,
             )
             calls[op_name] = (kernel, [*op.inputs, *op.outputs])
-        sync = "counters" if self.barrier(options) == "counter" else "steps"
+        sync = self.sync(options)
         if sync == "counters":
             scripts = counter_scripts(program, plan.graph)
             check_counter_scripts(program, plan.graph, scripts)
@@ -319,11 +319,11 @@ class CUDABackend(Backend):
             table, pairs = program_table(program, op_index)
             words = sync_words(program.num_veu)
         arenas = plan_arenas(list(io.workspaces))
-        packed = {t.name for a in arenas for t, _ in a.members}
+        packed = arena_of(arenas)
         loose = [t for t in io.workspaces if t.name not in packed]
         weights = [t for t in io.inputs if t.name in io.constant_values]
         weight_arenas = plan_arenas(weights, prefix="rtask_weights")
-        folded = {t.name for a in weight_arenas for t, _ in a.members}
+        folded = arena_of(weight_arenas)
         passed = [t for t in io.inputs if t.name not in folded]
         code = CUDAProgramCode(
             inputs=passed,
@@ -347,7 +347,7 @@ class CUDABackend(Backend):
         constants = [
             # the dtype given: relax.const turns an int64 array into int32 by default
             *(relax.const(arena_values(a, io.constant_values), a.dtype) for a in weight_arenas),
-            relax.const(code.offset_table()[0]),
+            relax.const(code.offset_table[0]),
             relax.const(table),
             relax.const(pairs),
             relax.const(words),

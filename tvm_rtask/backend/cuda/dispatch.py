@@ -30,6 +30,7 @@ that persists across calls.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import tvm_ffi
@@ -39,6 +40,7 @@ from tvm.ir.expr import StringImm
 
 from ...core import RGraph, RProgram
 from ...core.counters import Arrive, CounterWait, counter_scripts, task_counts
+from ...core.plan import SYNC_MODES
 from ...core.script import Run, Signal, Wait, scripts_from_program
 from ...tir.common import tensor_buffer
 from .arena import Arena, arena_of
@@ -47,7 +49,6 @@ from .rkernel import CUDARKernel, guard_surplus_threads
 NOP, RUN, WAIT, SIGNAL, ARRIVE = 0, 1, 2, 3, 4
 ENTRY_WORDS = 5
 STATUS_WORDS = 8
-SYNC_MODES = ("counters", "steps")
 
 # Device helpers, injected into the generated CUDA source through T.cuda.func_call. Every
 # call carries its helper's source text through TVM's passes, so the pointer helpers (a few
@@ -201,12 +202,19 @@ class CUDAProgramCode:
     def all_arenas(self) -> list[Arena]:
         return [*self.weight_arenas, *self.arenas]
 
+    @cached_property
+    def placement(self) -> dict[str, tuple[Arena, int]]:
+        """Each arena tensor's arena and element offset."""
+        return arena_of(self.all_arenas())
+
+    @cached_property
     def offset_table(self) -> tuple[np.ndarray, dict[tuple[str, int], int]]:
         """The constant table of arena offsets for shared bodies, and per (first operator of
         a body, operand) the slot where that operand's offsets start (one per operator of
         the body, in index order). Only operands that are workspaces of one arena in every
-        operator of the body get a slot."""
-        where = arena_of(self.all_arenas())
+        operator of the body get a slot. Computed once: the lowering passes the table as a
+        constant, the dispatcher indexes it."""
+        where = self.placement
         values: list[int] = []
         slots: dict[tuple[str, int], int] = {}
         for ops in _op_groups(self):
@@ -337,7 +345,9 @@ def _substitute_params(kernel: CUDARKernel, buffers: dict, names: list[str], rta
     return tvm_ffi.structural_map(func.body, (tirx.Var, lambda v: mapping.get(v.__chandle__(), v)))
 
 
-def _shared_body(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, rtask, tid, arenas):
+def _shared_body(
+    code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, rtask, tid, offsets, arenas
+):
     """One copy of the rKernel of ``ops``, reading each tensor through the operator's pointer
     (an arena operand: through the operator's offset in the offset table)."""
     kernel, _ = code.calls[ops[0]]
@@ -345,8 +355,7 @@ def _shared_body(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, 
     *buffer_params, rtask_param, tid_param = func.params
     mapping = {rtask_param.__chandle__(): rtask, tid_param.__chandle__(): tid}
     decls = []
-    offsets, slots, arena_buffers = arenas
-    where = arena_of(code.all_arenas())
+    slots, where = code.offset_table[1], code.placement
     first = _i32(code.op_index[ops[0]])
     for k, param in enumerate(buffer_params):
         tensors = [buffers[code.calls[op][1][k]] for op in ops]
@@ -355,7 +364,7 @@ def _shared_body(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, 
             continue
         slot = slots.get((ops[0], k))
         if slot is not None:
-            arena = arena_buffers[where[code.calls[ops[0]][1][k]][0].name]
+            arena = arenas[where[code.calls[ops[0]][1][k]][0].name]
             offset = tirx.Var(f"{param.name}_offset", "int32")
             index = tirx.Add(_i32(slot), tirx.Sub(op_word, first))
             view = tirx.decl_buffer(
@@ -413,8 +422,7 @@ def build_cuda_dispatcher(
             )
             buffers[t.name] = view
             views.append(tirx.DeclBuffer(view, data=data))
-    offset_values, offset_slots = code.offset_table()
-    offsets = tirx.decl_buffer([len(offset_values)], "int32", "rtask_offsets")
+    offsets = tirx.decl_buffer([len(code.offset_table[0])], "int32", "rtask_offsets")
     num_veu, width = code.table.shape[0], code.table.shape[1]
     table = tirx.decl_buffer([num_veu, width, ENTRY_WORDS], "int32", "rtask_table")
     pairs = tirx.decl_buffer([code.pairs.shape[0], 2], "int32", "rtask_pairs")
@@ -452,9 +460,7 @@ def build_cuda_dispatcher(
             body = _substitute_params(kernel, buffers, names, rtask, tx)
             selected = tirx.EQ(a, _i32(code.op_index[ops[0]]))
         else:
-            body = _shared_body(
-                code, ops, buffers, a, rtask, tx, (offsets, offset_slots, arena_buffers)
-            )
+            body = _shared_body(code, ops, buffers, a, rtask, tx, offsets, arena_buffers)
             lo, hi = code.op_index[ops[0]], code.op_index[ops[-1]]
             selected = tirx.And(tirx.GE(a, _i32(lo)), tirx.LE(a, _i32(hi)))
         if kernel.threads < code.threads:
