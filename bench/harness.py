@@ -48,7 +48,7 @@ Configurations (``--configs`` picks any of them by name)
 ``onnxruntime``                    ONNX Runtime (CPU; with ``--gpu`` the CUDA provider, if any)
 ``torch_eager``                    PyTorch eager: the zoo model's twin (same ONNX graph, weights)
 ``torch_compile``                  ``torch.compile`` of the same (default mode)
-``torch_compile_max_autotune``     ``mode="max-autotune-no-cudagraphs"`` (llvm: opt-in)
+``torch_compile_max_autotune``     ``mode="max-autotune"`` (cuda; llvm: opt-in, ``-no-cudagraphs``)
 ``torch_compile_reduce_overhead``  ``mode="reduce-overhead"`` (CUDA graphs; cuda only)
 =================================  =================================================================
 
@@ -181,7 +181,9 @@ def all_configurations(target_kind: str) -> list[dict]:
         {
             "name": "torch_compile_max_autotune",
             "kind": "peer",
-            "torch_mode": "max-autotune-no-cudagraphs",
+            # on the GPU PyTorch's own max-autotune (CUDA graphs included); there are no
+            # CUDA graphs to capture on the CPU
+            "torch_mode": "max-autotune" if gpu else "max-autotune-no-cudagraphs",
             "default": gpu,
         },
     ]
@@ -646,7 +648,7 @@ def _torch_runner(config: dict, ctx: ModelContext, entry: dict):
     args = [torch.from_numpy(np.ascontiguousarray(v)).to(device) for v in ctx.inputs.values()]
     mark_step = (
         getattr(torch.compiler, "cudagraph_mark_step_begin", None)
-        if mode == "reduce-overhead"
+        if mode in ("reduce-overhead", "max-autotune")
         else None
     )
 

@@ -176,6 +176,8 @@ def test_configurations_cover_the_baselines():
         "ios",
     ]
     assert {"torch_compile_max_autotune", "torch_compile_reduce_overhead"} <= set(cuda)
+    modes = {c["name"]: c.get("torch_mode") for c in harness.all_configurations("cuda")}
+    assert modes["torch_compile_max_autotune"] == "max-autotune"
     every_llvm = [c["name"] for c in harness.all_configurations("llvm")]
     assert "torch_compile_max_autotune" in every_llvm and "torch_compile_max_autotune" not in names
     with pytest.raises(ValueError, match="unknown configuration"):
