@@ -455,7 +455,11 @@ def build_cuda_dispatcher(
     op_branches = []
     for ops in _op_groups(code):
         kernel, names = code.calls[ops[0]]
-        rtask = tirx.Add(b, tirx.Mul(d, run_index))
+        # the table words themselves, not the entry's bound copies: TVM's buffer compaction
+        # sees through a bound variable to its value, so an index written with the variable
+        # and a region written with the load would not cancel (local arrays indexed by the
+        # rTask id instead of constants)
+        rtask = tirx.Add(word(2), tirx.Mul(word(4), run_index))
         if len(ops) == 1:
             body = _substitute_params(kernel, buffers, names, rtask, tx)
             selected = tirx.EQ(a, _i32(code.op_index[ops[0]]))

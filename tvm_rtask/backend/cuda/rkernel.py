@@ -318,7 +318,11 @@ def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUD
     nx, ny, nz = (block.get(t, 1) for t in THREAD_TAGS)
     # int32 ids, every block index bounded by its grid extent (floormod even where the
     # rTask id alone would do): the simplifier and NarrowDataType then keep the kernel's own
-    # index math in 32 bits, as in TVM's kernel, where blockIdx/threadIdx are int32.
+    # index math in 32 bits, as in TVM's kernel, where blockIdx/threadIdx are int32. The
+    # block indices are substituted as expressions, not bound to variables: buffer
+    # compaction sees through a bound variable, and a local array's accesses (written with
+    # the variable) and its region (with the value) then no longer cancel, so the array is
+    # indexed by the rTask id at run time; inline, every index is a constant, as in TVM's.
     rtask_id = tirx.Var("rtask_id", "int32")
     tid = tirx.Var("tid", "int32")
 
@@ -338,18 +342,6 @@ def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUD
         tag = _tag(loop)
         if tag is None:
             return loop
-        if tag in BLOCK_TAGS:
-            # a bound int32 variable: its range [0, extent) is what lets NarrowDataType keep
-            # the kernel's index math in 32 bits (an expression of the table-read rTask id
-            # would be simplified into an unbounded one)
-            index = tirx.Var(loop.loop_var.name, "int32")
-            value = (
-                index
-                if str(loop.loop_var.ty) == "int32"
-                else tirx.Cast(str(loop.loop_var.ty), index)
-            )
-            body = _substitute(loop.body, loop.loop_var, value)
-            return tirx.SeqStmt([tirx.Bind(index, values[tag]), _keep_annotations(loop, body)])
         if tag in values:
             value = values[tag]
             if str(loop.loop_var.ty) != "int32":
