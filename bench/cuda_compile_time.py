@@ -2,18 +2,20 @@
 
 Usage: python bench/cuda_compile_time.py [--models squeezenet lstm_tc ...] [--reduced]
        [--arch sm_90] [--policy wavefront] [--max-ops-per-program N] [--barrier counter|fine]
-       [--no-nvcc] [--out bench/results] [--tag NAME]
+       [--inline-bodies] [--no-nvcc] [--out bench/results] [--tag NAME]
 
 For each built-in model: ``tvm_rtask.lower`` + ``tvm_rtask.build`` (without the ptxas check)
-is timed as the pipeline; the generated CUDA source is then cut into one file per
-``__global__`` definition (the shared preamble kept in each) and every file is compiled
-with ``nvcc -ptx``, one at a time, so each kernel's nvcc time and line count are known.
-nvcc's time grows faster than a persistent kernel's code (docs/compile-time-notes.md);
-this is the measurement behind the rProgram limits. Process CPU time of the pipeline, the wall
-time of each of its stages (prepare/fuse, plan, lower, build = TVM's codegen; from the
-``tvm_rtask`` progress log), the synchronisation the plan needs (step-array pairs against
-dependency-counter waits) and the wall time of each nvcc run are reported. ``--no-nvcc``
-measures the pipeline alone (no GPU and no nvcc needed: what CI's machines can time).
+is timed as the pipeline; the generated CUDA source is then compiled once as the build
+compiles it (``compile_cache.tvm_nvcc_command``: TVM's flags, a cubin, ``ptxas -v``; no
+cache), and the wall time, registers and spill stores of every persistent kernel (with the
+rKernel body functions it calls) are reported. nvcc's time grows faster than a persistent
+kernel's code (docs/compile-time-notes.md); this is the measurement behind the rProgram
+limits and the body functions. ``--inline-bodies`` builds with ``cuda_body_functions=False``
+(every body inlined into its persistent kernel) for comparison. Process CPU time of the
+pipeline, the wall time of each of its stages (prepare/fuse, plan, lower, build = TVM's
+codegen; from the ``tvm_rtask`` progress log), the synchronisation the plan needs
+(step-array pairs against dependency-counter waits) and the wall time of nvcc are reported.
+``--no-nvcc`` measures the pipeline alone (no GPU and no nvcc needed: what CI's machines can time).
 Writes ``cuda_compile_time-<date>[-<tag>].md`` and ``.json`` to ``--out``.
 """
 
@@ -35,7 +37,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import tvm_rtask  # noqa: E402
 from tvm_rtask import models as zoo  # noqa: E402
-from tvm_rtask.backend.cuda.occupancy import find_nvcc  # noqa: E402
+from tvm_rtask.backend.cuda.occupancy import (  # noqa: E402
+    find_nvcc,
+    parse_function_spills,
+    parse_ptxas_report,
+    tvm_nvcc_command,
+)
 from tvm_rtask.core.counters import counter_stats  # noqa: E402
 
 _DEFINITION = re.compile(r"__global__ void (?:__launch_bounds__\([\d, ]+\) )?(\w+)\([^;]*\{\s*$")
@@ -54,14 +61,16 @@ def split_kernels(source: str) -> tuple[str, list[tuple[str, str]]]:
     return "\n".join(lines[:first]), kernels
 
 
-def nvcc_seconds(nvcc: str, code: str, arch: str) -> float:
+def compile_whole(nvcc: str, source: str, arch: str) -> tuple[float, dict[str, dict]]:
+    """Wall seconds of the build's own nvcc command on ``source``, and per persistent kernel
+    its registers and spill stores (its body functions' included)."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kernel.cu")
+        path = os.path.join(tmp, "kernels.cu")
         with open(path, "w") as f:
-            f.write(code)
+            f.write(source)
         start = time.perf_counter()
         out = subprocess.run(
-            [nvcc, "-ptx", f"-arch={arch}", "-o", path + ".ptx", path],
+            tvm_nvcc_command(nvcc, arch, path, path + ".cubin"),
             capture_output=True,
             text=True,
             timeout=3600,
@@ -69,7 +78,15 @@ def nvcc_seconds(nvcc: str, code: str, arch: str) -> float:
         seconds = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"nvcc failed:\n{out.stderr[-2000:]}")
-    return seconds
+    usage = parse_ptxas_report(out.stderr)
+    spills = parse_function_spills(out.stderr)
+    bodies = set(re.findall(r"\b(rtask_body_\w+_kernel)\(", source))
+    kernels = {}
+    for name, use in usage.items():
+        if name.startswith("rprogram_"):
+            kernels[name] = {"registers": use.registers, "spill_stores": use.spill_stores}
+    body_spills = sum(spills.get(b, 0) for b in bodies)
+    return seconds, {"kernels": kernels, "body_spill_stores": body_spills}
 
 
 class _StageTimes(logging.Handler):
@@ -104,7 +121,12 @@ def _sync_counts(plan) -> dict[str, int | None]:
 
 def measure(name: str, args, nvcc: str | None) -> dict:
     target = {"kind": "cuda", "arch": args.arch}
-    options = {"policy": args.policy, "verify_occupancy": False, "barrier": args.barrier}
+    options = {
+        "policy": args.policy,
+        "verify_occupancy": False,
+        "barrier": args.barrier,
+        "cuda_body_functions": not args.inline_bodies,
+    }
     if args.max_ops_per_program is not None:
         options["max_ops_per_program"] = args.max_ops_per_program
     model = zoo.get(name, reduced=args.reduced)[0]
@@ -121,12 +143,10 @@ def measure(name: str, args, nvcc: str | None) -> dict:
     pipeline_wall_s = time.perf_counter() - wall
     source = tvm_rtask.cuda_source(ex)
     print(f"  {name}: pipeline {pipeline_wall_s:.1f} s wall, stages {stages.seconds}")
-    preamble, kernels = split_kernels(source)
-    per_kernel = []
-    for kernel, code in kernels if nvcc else []:
-        seconds = nvcc_seconds(nvcc, preamble + "\n" + code, args.arch)
-        per_kernel.append({"kernel": kernel, "lines": code.count("\n") + 1, "nvcc_s": seconds})
-        print(f"  {name} {kernel}: {per_kernel[-1]['lines']} lines, nvcc {seconds:.1f} s")
+    _, kernels = split_kernels(source)
+    nvcc_s, compiled = compile_whole(nvcc, source, args.arch) if nvcc else (None, {})
+    if nvcc:
+        print(f"  {name}: nvcc {nvcc_s:.1f} s, {compiled}")
     report = plan.report()
     return {
         "model": name,
@@ -141,11 +161,12 @@ def measure(name: str, args, nvcc: str | None) -> dict:
         "source_mb": len(source) / 1e6,
         "source_lines": source.count("\n") + 1,
         "persistent_kernels": len([k for k, _ in kernels if k.startswith("rprogram_")]),
-        "nvcc_s": sum(k["nvcc_s"] for k in per_kernel) if nvcc else None,
+        "body_functions": not args.inline_bodies,
+        "nvcc_s": nvcc_s,
         "largest_kernel_lines": max(
             (code.count("\n") + 1 for k, code in kernels if k.startswith("rprogram_")), default=0
         ),
-        "kernels": per_kernel,
+        **compiled,
     }
 
 
@@ -158,6 +179,9 @@ def main() -> None:
     parser.add_argument("--max-ops-per-program", type=int, default=None)
     parser.add_argument("--barrier", default="counter", choices=("counter", "fine"))
     parser.add_argument("--no-nvcc", action="store_true", help="time the pipeline only")
+    parser.add_argument(
+        "--inline-bodies", action="store_true", help="cuda_body_functions=False (for comparison)"
+    )
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     parser.add_argument("--tag", default="", help="appended to the result file names")
     args = parser.parse_args()
@@ -175,6 +199,7 @@ def main() -> None:
         "barrier": args.barrier,
         "reduced": args.reduced,
         "max_ops_per_program": args.max_ops_per_program,
+        "body_functions": not args.inline_bodies,
         "command": " ".join(sys.argv),
     }
     tag = f"-{args.tag}" if args.tag else ""
@@ -187,17 +212,20 @@ def main() -> None:
         f"`{meta['command']}` on {meta['machine']} ({meta['cpus']} CPUs).",
         "",
         "| model | operators | rPrograms | largest kernel (lines) | plan s | lower s "
-        "| build s | pipeline wall s | step pairs | counter pairs | edges | nvcc s (sum) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| build s | pipeline wall s | step pairs | counter pairs | edges | nvcc s "
+        "| most spill stores (kernel + bodies) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         st = r["stages_s"]
         nv = "-" if r["nvcc_s"] is None else f"{r['nvcc_s']:.1f}"
+        spill = max((k["spill_stores"] for k in r.get("kernels", {}).values()), default=None)
+        spill = "-" if spill is None else f"{spill} + {r.get('body_spill_stores', 0)}"
         lines.append(
             f"| {r['model']} | {r['operators']} | {r['rprograms']} | {r['largest_kernel_lines']} "
             f"| {st.get('plan', 0):.1f} | {st.get('lower', 0):.1f} | {st.get('build', 0):.1f} "
             f"| {r['pipeline_wall_s']:.1f} | {r['step_pairs']} | {r['counter_pairs']} "
-            f"| {r['dependency_edges']} | {nv} |"
+            f"| {r['dependency_edges']} | {nv} | {spill} |"
         )
     with open(base + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -22,7 +22,7 @@ FUSIONS = ("fuseops", "stitch", "none")
 # benchmark (runtime.profiler, cached on disk), resolved by PlanRPrograms, which has the module
 COST_MODELS = ("analytical", "measured")
 # CUDA: what a persistent kernel that spills registers does (None: "warn")
-SPILL_POLICIES = ("replan", "warn", "error")
+SPILL_POLICIES = ("split", "replan", "warn", "error")
 # Options that travel outside PassContext config keys (a dict and an object).
 _NOT_CONFIG = ("policy_options", "cost")
 
@@ -48,6 +48,9 @@ class RTaskOptions:
     cooperative_launch: bool | None = None  # CUDA: the driver refuses a non-co-resident grid
     cpu_rules: bool | None = None  # llvm: tvm-rtask's schedule rules (convolution); default on
     cuda_rules: bool | None = None  # CUDA: tvm-rtask's schedule rules (convolution); default on
+    # CUDA: each distinct rKernel body a __device__ __noinline__ function with registers of
+    # its own (None: on); False inlines every body into its persistent kernel
+    cuda_body_functions: bool | None = None
     max_ops_per_program: int | None = None  # rProgram cap (None: the backend's default)
     max_kernels_per_program: int | None = None  # distinct kernels (None: backend default)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
@@ -99,6 +102,7 @@ class RTaskOptions:
             "ordinary_fallback",
             "cpu_rules",
             "cuda_rules",
+            "cuda_body_functions",
         ):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):

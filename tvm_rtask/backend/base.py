@@ -120,7 +120,9 @@ class Backend:
 
         A fourth element, when returned, lists the inputs the call passes (in order, before
         the constants): a backend that folded constant inputs (``io.constant_values``) into
-        its own constants leaves them out; without it every input is passed."""
+        its own constants leaves them out; without it every input is passed. A fifth, the
+        functions the PrimFunc calls by name (``{name: PrimFunc}``), joins the module once
+        per name (CUDA: rKernel bodies as device functions, shared by rPrograms)."""
         raise NotImplementedError
 
     def finish_main(self, main, rprogram_calls: list, options: RTaskOptions):

@@ -65,7 +65,11 @@ def _lower_program(
             t: tensors[t].value.numpy() for t in inputs if isinstance(tensors[t], Constant)
         },
     )
-    func, constants, results, *passed = backend.lower_program(program, plan, options, mod, io)
+    func, constants, results, *rest = backend.lower_program(program, plan, options, mod, io)
+    passed = rest[:1]
+    for name, helper in (rest[1] if len(rest) > 1 else {}).items():
+        if not any(gv.name_hint == name for gv in builder.get().get_global_vars()):
+            builder.add_func(helper, name)
     gvar = builder.add_func(func, f"rprogram_{k}")
     args = relax.Tuple([*(tensors[t] for t in (passed[0] if passed else inputs)), *constants])
     if len(results) == 1:

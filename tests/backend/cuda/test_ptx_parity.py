@@ -5,8 +5,11 @@ For every distinct operator of a light model, the persistent kernel that runs it
 builds from the same PrimFunc with its default GPU schedules (dlight, as TVM's own build
 applies them) at the vEU's thread cap (``cuda_threads``, 256; uncapped, dlight gives
 elementwise kernels 1024 threads, a different schedule): the same number of FMAs and of
-vector shared-memory loads (schedule annotations kept: unrolled as TVM unrolls), no 64-bit
-``mul.hi`` (index math in int32), and ptxas reports no spill stores. Operators whose rKernel
+bytes loaded from shared memory in vector loads as many (schedule annotations kept: unrolled
+as TVM unrolls; with body functions, whose shared memory is dynamic, up to 15% more vector
+loads of the same bytes), no 64-bit ``mul.hi`` (index math in int32), and ptxas reports no
+spill stores in the kernel or the body functions it calls (a kernel that calls them stores
+at most 64 bytes across the calls). Operators whose rKernel
 had to be rescheduled (a 2-D cross-thread reduction a 1-D vEU cannot host) are left out:
 there is no TVM kernel to match.
 """
@@ -30,7 +33,8 @@ from tvm_rtask.testing.onnx_light import load_light_model
 
 NVCC = shutil.which("nvcc")
 ARCH = "sm_90"
-_ENTRY = re.compile(r"\.visible \.entry (\w+)\(")
+_ENTRY = re.compile(r"^(?:\.visible |\.weak )?\.(?:entry|func) (\w+)\(", re.M)
+_BODY_CALL = re.compile(r"call\.uni[^;]*?\b(rtask_body_\w+)", re.S)
 
 
 def _ptx(source: str, tmp_path, name: str) -> tuple[dict[str, str], str]:
@@ -71,35 +75,61 @@ def _tvm_kernels(mod, target, funcs: set[str]) -> str:
     return next(m.inspect_source() for m in lib.imports if m.kind == "cuda")
 
 
+def _with_callees(functions: dict[str, str], name: str) -> str:
+    """The PTX of ``name`` and of the rKernel body functions it calls (bodies compiled as
+    device functions, ``cuda_body_functions``)."""
+    text = functions[name]
+    return text + "".join(functions[c] for c in sorted(set(_BODY_CALL.findall(text))))
+
+
 def _counts(body: str) -> dict[str, int]:
+    v4 = len(re.findall(r"\bld\.shared\.v4\.[bf]32", body))
+    v2 = len(re.findall(r"\bld\.shared\.v2\.[bf]32", body))
+    scalar = len(re.findall(r"\bld\.shared\.[bf]32", body))
     return {
         "fma": len(re.findall(r"\bfma\.rn\.f32", body)),
         "ld.shared.v": len(re.findall(r"\bld\.shared\.v\d", body)),
+        "ld.shared.bytes": 16 * v4 + 8 * v2 + 4 * scalar,
         "mul.hi.64": len(re.findall(r"\bmul\.hi\.[us]64", body)),
     }
 
 
 def _spills(report: str) -> dict[str, int]:
+    """Spill stores per function, entry or device function."""
     spills, current = {}, None
     for line in report.splitlines():
-        found = re.search(r"Compiling entry function '(\w+)'", line)
+        found = re.search(r"Function properties for (\w+)", line)
         if found:
             current = found.group(1)
         found = re.search(r"(\d+) bytes spill stores", line)
         if found and current:
             spills[current] = int(found.group(1))
+            current = None
     return spills
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-@pytest.mark.parametrize("name", ["squeezenet", "inception_v1", "resnet50"])
-def test_rkernels_match_tvm_kernels_in_ptx(name, tmp_path):
+@pytest.mark.parametrize(
+    "name, body_functions",
+    [
+        ("squeezenet", True),
+        ("inception_v1", True),
+        ("resnet50", True),
+        ("squeezenet", False),  # bodies inlined into the persistent kernel
+    ],
+)
+def test_rkernels_match_tvm_kernels_in_ptx(name, body_functions, tmp_path):
     mod = tvm_rtask.frontend.load(load_light_model(name))
     target = tvm.target.Target({"kind": "cuda", "arch": ARCH}, host="llvm")
     # one rTask per thread block (no coarsening: a loop over blocks that nvcc unrolls would
     # multiply the counts without changing the instruction mix per block)
     ex, plan = tvm_rtask.compile_with_plan(
-        mod, target, policy="sequential", verify_occupancy=False, rtasks_per_veu=10_000
+        mod,
+        target,
+        policy="sequential",
+        verify_occupancy=False,
+        rtasks_per_veu=10_000,
+        cuda_body_functions=body_functions,
     )
     reference = _tvm_kernels(mod, target, {op.func for op in plan.graph.ops if op.supported})
     ours, report = _ptx(tvm_rtask.cuda_source(ex), tmp_path, "rtask")
@@ -118,10 +148,26 @@ def test_rkernels_match_tvm_kernels_in_ptx(name, tmp_path):
         candidates.add(func)
         if func in compared or f"rprogram_{k}_kernel" not in ours:
             continue  # identical rPrograms share the kernel of the first one
-        mine, tvms = _counts(ours[f"rprogram_{k}_kernel"]), _counts(theirs[f"{func}_kernel"])
+        kernel = f"rprogram_{k}_kernel"
+        mine, tvms = _counts(_with_callees(ours, kernel)), _counts(theirs[f"{func}_kernel"])
         assert mine["fma"] == tvms["fma"], (op, mine, tvms)
-        assert mine["ld.shared.v"] == tvms["ld.shared.v"], (op, mine, tvms)
+        if tvms["ld.shared.bytes"]:
+            # (a kernel TVM gives fewer threads than the vEU's reduces across warps in
+            # shared memory, where TVM's own reduces within a warp: nothing to compare)
+            assert mine["ld.shared.bytes"] == tvms["ld.shared.bytes"], (op, mine, tvms)
+        if body_functions:
+            # dynamic shared memory: nvcc proves less alignment and splits up to one in
+            # nine 128-bit loads into two 64-bit ones (docs/kernel-quality.md)
+            assert tvms["ld.shared.v"] <= mine["ld.shared.v"] <= tvms["ld.shared.v"] * 1.15
+        else:
+            assert mine["ld.shared.v"] == tvms["ld.shared.v"], (op, mine, tvms)
         assert mine["mul.hi.64"] == 0, (op, mine)
-        assert spills.get(f"rprogram_{k}_kernel", 0) == 0, (op, spills)
+        callees = set(_BODY_CALL.findall(ours[kernel]))
+        assert bool(callees) == body_functions, (op, callees)
+        for fn in callees:
+            assert spills.get(fn, 0) == 0, (op, fn, spills)
+        # a kernel calling body functions saves the values live across each call (the call
+        # ABI's caller-saved registers): ptxas counts those few bytes as spill stores
+        assert spills.get(kernel, 0) <= (64 if body_functions else 0), (op, spills[kernel])
         compared.add(func)
     assert compared == candidates and len(compared) >= 10, (len(compared), len(candidates))

@@ -45,3 +45,23 @@ def test_the_spills_option_is_checked():
     cpu = get_backend(as_target("llvm"))
     with pytest.raises(OptionError, match="spills applies to CUDA targets only"):
         cpu.check_options(resolve_options({"spills": "error"}))
+
+
+def _split_plan(funcs: list[str], spill: int):
+    plan = _plan(80, spill)
+    ops = {f"op{k}": SimpleNamespace(func=f) for k, f in enumerate(funcs)}
+    plan.steps = [SimpleNamespace(ops=lambda: list(ops))]
+    plan.graph = SimpleNamespace(op=ops.__getitem__)
+    return plan
+
+
+def test_split_halves_the_distinct_rkernels_of_the_spilling_rprogram():
+    split = resolve_options({"spills": "split"})
+    # 7 operators, 5 distinct rKernels: at most 2 per rProgram next time
+    plan = _split_plan(["conv", "conv", "relu", "pool", "dense", "relu", "softmax"], 2140)
+    assert CUDA.replan_options(plan, split) == {"max_kernels_per_program": 2}
+    # nothing to split: one distinct rKernel already, no spill, or the user's own limit
+    assert CUDA.replan_options(_split_plan(["conv", "conv"], 2140), split) is None
+    assert CUDA.replan_options(_split_plan(["conv", "relu"], 0), split) is None
+    given = frozenset({"max_kernels_per_program"})
+    assert CUDA.replan_options(plan, split, given) is None

@@ -32,6 +32,7 @@ _CUDA_ONLY = (
     "check_status",
     "verify_occupancy",
     "cooperative_launch",
+    "cuda_body_functions",
 )
 
 

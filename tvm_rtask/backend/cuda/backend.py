@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 import tvm
@@ -11,14 +12,22 @@ from tvm.target import Target
 
 from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
-from ...errors import OptionError, SpillError, UnsupportedOperator
+from ...errors import CapacityError, OptionError, SpillError, UnsupportedOperator
 from ..base import Backend, ProgramIO, load_tuned
 from .arena import arena_of, arena_values, plan_arenas
+from .body_function import (
+    BODY_FUNCTIONS_ATTR,
+    DYNAMIC_SHARED_ATTR,
+    SHARED_MEMORY_SHORT,
+    install_postproc,
+)
 from .compile_cache import install_compile_callback
 from .dispatch import (
     CUDAProgramCode,
+    body_functions,
     build_cuda_dispatcher,
     counter_table,
+    dynamic_shared_bytes,
     operator_index,
     program_table,
     sync_words,
@@ -68,7 +77,8 @@ class CUDAOptions:
     cooperative_launch: bool
     rtasks_per_veu: int  # an operator with more thread blocks is coarsened to this many
     rules: bool  # tvm-rtask's CUDA schedule rules before dlight's (option cuda_rules)
-    spills: str  # "replan", "warn" or "error" (option spills)
+    spills: str  # "split", "replan", "warn" or "error" (option spills)
+    body_functions: bool  # rKernel bodies as device functions (option cuda_body_functions)
 
     @classmethod
     def parse(cls, options, target: Target) -> CUDAOptions:
@@ -82,7 +92,22 @@ class CUDAOptions:
             rtasks_per_veu=options.rtasks_per_veu or RTASKS_PER_VEU,
             rules=rules_enabled() if options.cuda_rules is None else options.cuda_rules,
             spills=options.spills or "warn",
+            body_functions=(
+                True if options.cuda_body_functions is None else options.cuda_body_functions
+            ),
         )
+
+
+def _spilling_kernel_count(plan) -> int:
+    """Distinct rKernels of the largest spilling rProgram (by spill bytes); 0 if none
+    spills. Persistent kernel ``rprogram_<k>_kernel`` runs ``plan.steps[k]``."""
+    spilled = [(u["spill_stores"], name) for name, u in plan.kernel_usage.items()
+               if u.get("spill_stores")]  # fmt: skip
+    if not spilled:
+        return 0
+    name = max(spilled)[1]
+    step = plan.steps[int(name.removeprefix("rprogram_").removesuffix("_kernel"))]
+    return len({plan.graph.op(op).func for op in step.ops()})
 
 
 def schedule_target(target: Target, threads: int) -> Target:
@@ -338,12 +363,20 @@ class CUDABackend(Backend):
             op_index=op_index,
             sync=sync,
             body_of=body_of,
+            body_functions=cuda.body_functions,
         )
         func = build_cuda_dispatcher(
             code,
             timeout_ns=options.spin_timeout_ms * 1_000_000,
             trap_on_timeout=not cuda.check_status,
         )
+        if code.body_functions:
+            func = func.with_attrs(
+                {
+                    DYNAMIC_SHARED_ATTR: dynamic_shared_bytes(code),
+                    BODY_FUNCTIONS_ATTR: [f"{n}_kernel" for n in body_functions(code)],
+                }
+            )
         constants = [
             # the dtype given: relax.const turns an int64 array into int32 by default
             *(relax.const(arena_values(a, io.constant_values), a.dtype) for a in weight_arenas),
@@ -353,7 +386,8 @@ class CUDABackend(Backend):
             relax.const(words),
         ]
         results = [*(t.name for t in (*io.outputs, *loose)), *(a.decl for a in arenas)]
-        return func, constants, results, [t.name for t in passed]
+        helpers = body_functions(code) if code.body_functions else {}
+        return func, constants, results, [t.name for t in passed], helpers
 
     def finish_main(self, main, rprogram_calls, options):
         if not CUDAOptions.parse(options, self.target).check_status or not rprogram_calls:
@@ -370,14 +404,21 @@ class CUDABackend(Backend):
         # where TVM compiles at build time (a CUDA runtime is present), the persistent
         # kernels' cubin comes from the cache the occupancy check reads: one nvcc run
         install_compile_callback()
-        ex = tvm.compile(
-            lowered,
-            target=self.target,
-            relax_pipeline=self._finish_pipeline(),
-            tir_pipeline=tir_pipeline,
-        )
+        install_postproc()
+        try:
+            ex = tvm.compile(
+                lowered,
+                target=self.target,
+                relax_pipeline=self._finish_pipeline(),
+                tir_pipeline=tir_pipeline,
+            )
+        except RuntimeError as err:  # the FFI turns the pass's CapacityError into this
+            found = re.search(f"[^\n]*{re.escape(SHARED_MEMORY_SHORT)}[^\n]*", str(err))
+            if found is None:
+                raise
+            raise CapacityError(found.group(0).removeprefix("RuntimeError: ")) from None
         if cuda.verify_occupancy and plan.programs():
-            self._verify_occupancy(ex, plan, cuda, options)
+            self._verify_occupancy(ex, plan, cuda, options, lowered)
         return ex
 
     def _finish_pipeline(self) -> tvm.transform.Pass:
@@ -398,10 +439,21 @@ class CUDABackend(Backend):
         return finish
 
     def replan_options(self, plan, options, given=frozenset()) -> dict | None:
-        """After a spill under ``spills="replan"``: plan again with the most registers per
-        thread that one vEU fewer per SM allows (unless the user gave the registers or the
-        vEU count, ``given``, or one vEU per SM already spills)."""
-        if CUDAOptions.parse(options, self.target).spills != "replan":
+        """After a spill, what to plan again with.
+
+        ``spills="split"``: at most half the distinct rKernels of the largest spilling
+        rProgram per rProgram (``max_kernels_per_program``), so that fewer bodies share one
+        register allocation (unless the user gave that option, or the spilling rProgram has
+        one distinct rKernel already). ``spills="replan"``: the most registers per thread that
+        one vEU fewer per SM allows (unless the user gave the registers or the vEU count, or
+        one vEU per SM already spills)."""
+        spills = CUDAOptions.parse(options, self.target).spills
+        if spills == "split":
+            if "max_kernels_per_program" in given:
+                return None
+            kernels = _spilling_kernel_count(plan)
+            return None if kernels <= 1 else {"max_kernels_per_program": kernels // 2}
+        if spills != "replan":
             return None
         if given & {"cuda_registers", "num_veu"}:
             return None
@@ -430,9 +482,17 @@ class CUDABackend(Backend):
                 best = registers
         return best
 
-    def _verify_occupancy(self, ex, plan, cuda: CUDAOptions, options) -> None:
-        """ptxas's register and shared-memory counts must let every vEU be resident at once."""
-        from .occupancy import check_co_residency, check_spills, find_nvcc, ptxas_usage
+    def _verify_occupancy(self, ex, plan, cuda: CUDAOptions, options, lowered) -> None:
+        """ptxas's register and shared-memory counts must let every vEU be resident at once
+        (a kernel's own, plus its body functions' spills and its dynamic shared memory)."""
+        from .compile_cache import compile_source
+        from .occupancy import (
+            check_co_residency,
+            check_spills,
+            find_nvcc,
+            parse_ptxas_report,
+            with_callees,
+        )
         from .source import cuda_source
 
         if find_nvcc() is None:
@@ -441,7 +501,15 @@ class CUDABackend(Backend):
                 "(ptxas register counts unknown); vEUs were sized from the analytical model"
             )
             return
-        usage = ptxas_usage(cuda_source(ex), str(self.target.arch))
+        report = compile_source(cuda_source(ex), str(self.target.arch)).report
+        callees, dynamic = {}, {}
+        for gv, func in lowered.functions_items():
+            attrs = getattr(func, "attrs", None)
+            if attrs is not None and BODY_FUNCTIONS_ATTR in attrs:  # a dispatcher
+                kernel = f"{gv.name_hint}_kernel"
+                dynamic[kernel] = int(attrs[DYNAMIC_SHARED_ATTR])
+                callees[kernel] = [str(n) for n in attrs[BODY_FUNCTIONS_ATTR]]
+        usage = with_callees(parse_ptxas_report(report), report, callees, dynamic)
         capacities = check_co_residency(
             plan.vdevice.spec, cuda.threads, plan.vdevice.num_veu, usage
         )
@@ -459,5 +527,9 @@ class CUDABackend(Backend):
             # per SM do not remove these spills (docs/kernel-quality.md)
             if cuda.spills == "error":
                 raise
-            if cuda.spills == "warn" or self._spill_registers(plan) is None:
+            if (
+                cuda.spills == "warn"
+                or (cuda.spills == "replan" and self._spill_registers(plan) is None)
+                or (cuda.spills == "split" and _spilling_kernel_count(plan) <= 1)
+            ):
                 logging.getLogger(__name__).warning("%s", err)

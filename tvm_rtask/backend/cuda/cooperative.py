@@ -90,7 +90,7 @@ def persistent_pipeline(blocks_per_sm: int, cooperative: bool) -> str:
     (0: no bound), cooperative or not; registered once per combination, by name."""
     from tvm.tirx.compilation_pipeline import PIPELINE_MAP, register_tir_pipeline
 
-    name = f"tvm_rtask.persistent.b{blocks_per_sm}{'.coop' if cooperative else ''}"
+    name = f"tvm_rtask.persistent.v2.b{blocks_per_sm}{'.coop' if cooperative else ''}"
     if name in PIPELINE_MAP:
         return name
 
@@ -98,7 +98,9 @@ def persistent_pipeline(blocks_per_sm: int, cooperative: bool) -> str:
         lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
 
         def device():
-            passes = [finalize_device()]
+            from .body_function import check_body_shared_memory
+
+            passes = [finalize_device(), check_body_shared_memory]
             if cooperative:
                 passes.append(MarkCooperativeLaunch())
             if blocks_per_sm > 0:

@@ -44,9 +44,13 @@ from ...core.plan import SYNC_MODES
 from ...core.script import Run, Signal, Wait, scripts_from_program
 from ...tir.common import tensor_buffer
 from .arena import Arena, arena_of
+from .body_function import DYNAMIC_SHARED_ATTR, body_function_name, call_name, make_body_function
 from .rkernel import CUDARKernel, guard_surplus_threads
 
 NOP, RUN, WAIT, SIGNAL, ARRIVE = 0, 1, 2, 3, 4
+# bytes of dynamic shared memory beyond the largest body's buffers: TVM aligns each buffer
+# it merges into the dynamic allocation (checked after lowering: body_function.py)
+DYNAMIC_SHARED_SLACK = 256
 ENTRY_WORDS = 5
 STATUS_WORDS = 8
 
@@ -198,6 +202,8 @@ class CUDAProgramCode:
     arenas: list[Arena] = field(default_factory=list)
     # constant inputs (weights) packed into constant arenas, passed after ``inputs``
     weight_arenas: list[Arena] = field(default_factory=list)
+    # each distinct rKernel body a device function called by name (body_function.py)
+    body_functions: bool = False
 
     def all_arenas(self) -> list[Arena]:
         return [*self.weight_arenas, *self.arenas]
@@ -206,6 +212,17 @@ class CUDAProgramCode:
     def placement(self) -> dict[str, tuple[Arena, int]]:
         """Each arena tensor's arena and element offset."""
         return arena_of(self.all_arenas())
+
+    @cached_property
+    def bodies(self) -> dict[str, tirx.PrimFunc]:
+        """Each distinct rKernel body as a device function, by name (body_function.py)."""
+        funcs = {}
+        for ops in _op_groups(self):
+            kernel = self.calls[ops[0]][0]
+            name = body_function_name(kernel, self.threads)
+            if name not in funcs:
+                funcs[name] = make_body_function(kernel, self.threads, name)
+        return funcs
 
     @cached_property
     def offset_table(self) -> tuple[np.ndarray, dict[tuple[str, int], int]]:
@@ -336,35 +353,53 @@ def _op_groups(code: CUDAProgramCode) -> list[list[str]]:
     return list(groups.values())
 
 
-def _substitute_params(kernel: CUDARKernel, buffers: dict, names: list[str], rtask, tid):
-    func = s_tir.renew_defs(kernel.func)
-    *buffer_params, rtask_param, tid_param = func.params
-    mapping = {p.__chandle__(): buffers[n] for p, n in zip(buffer_params, names, strict=True)}
-    mapping[rtask_param.__chandle__()] = rtask
-    mapping[tid_param.__chandle__()] = tid
-    return tvm_ffi.structural_map(func.body, (tirx.Var, lambda v: mapping.get(v.__chandle__(), v)))
+def _selected_pointer(code: CUDAProgramCode, ops: list[str], tensors: list, op_word, ty):
+    """The address of the tensor of the operator ``op_word`` among ``ops`` (a chain of
+    selects over integers; the last operator's is the default)."""
+    address = _helper(
+        "uint64", "tvm_rtask_addr", tirx.address_of(tensors[-1]), source=POINTER_SOURCE
+    )
+    for op, tensor in reversed(list(zip(ops[:-1], tensors[:-1], strict=True))):
+        chosen = _helper("uint64", "tvm_rtask_addr", tirx.address_of(tensor), source=POINTER_SOURCE)
+        address = tirx.Select(tirx.EQ(op_word, _i32(code.op_index[op])), chosen, address)
+    return _helper(ty, "tvm_rtask_ptr", address, source=POINTER_SOURCE)
 
 
-def _shared_body(
-    code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, rtask, tid, offsets, arenas
-):
-    """One copy of the rKernel of ``ops``, reading each tensor through the operator's pointer
-    (an arena operand: through the operator's offset in the offset table)."""
-    kernel, _ = code.calls[ops[0]]
-    func = s_tir.renew_defs(kernel.func)
-    *buffer_params, rtask_param, tid_param = func.params
-    mapping = {rtask_param.__chandle__(): rtask, tid_param.__chandle__(): tid}
-    decls = []
+def body_functions(code: CUDAProgramCode) -> dict[str, tirx.PrimFunc]:
+    """The device functions a dispatcher built with ``code.body_functions`` calls, by name
+    (computed once per program code)."""
+    return code.bodies
+
+
+def dynamic_shared_bytes(code: CUDAProgramCode) -> int:
+    """Dynamic shared memory a dispatcher with body functions is launched with: the most any
+    of its bodies allocates (measured as TVM compacts it), with room for alignment."""
+    if not code.body_functions:
+        return 0
+    used = max((int(f.attrs[DYNAMIC_SHARED_ATTR]) for f in code.bodies.values()), default=0)
+    return used + DYNAMIC_SHARED_SLACK if used else 0
+
+
+def _operands(code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, offsets, arenas):
+    """The declarations and, per buffer parameter of the rKernel of ``ops``, the buffer it
+    reads for the operator ``op_word``: the tensor itself where all operators share it, an
+    arena operand as a view at the operator's offset from the offset table, else a view of
+    the operator's own tensor chosen by a chain of selects."""
+    kernel, names = code.calls[ops[0]]
+    *buffer_params, _, _ = kernel.func.params
+    if len(ops) == 1:
+        return [], [buffers[n] for n in names]
+    decls, operands = [], []
     slots, where = code.offset_table[1], code.placement
     first = _i32(code.op_index[ops[0]])
     for k, param in enumerate(buffer_params):
         tensors = [buffers[code.calls[op][1][k]] for op in ops]
         if all(t.same_as(tensors[0]) for t in tensors):
-            mapping[param.__chandle__()] = tensors[0]
+            operands.append(tensors[0])
             continue
         slot = slots.get((ops[0], k))
         if slot is not None:
-            arena = arenas[where[code.calls[ops[0]][1][k]][0].name]
+            arena = arenas[where[names[k]][0].name]
             offset = tirx.Var(f"{param.name}_offset", "int32")
             index = tirx.Add(_i32(slot), tirx.Sub(op_word, first))
             view = tirx.decl_buffer(
@@ -374,27 +409,42 @@ def _shared_body(
                 tirx.Bind(offset, tirx.BufferLoad(offsets, [index])),
                 tirx.DeclBuffer(view, data=arena.data),
             ]
-            mapping[param.__chandle__()] = view
+            operands.append(view)
             continue
-        # select the address by operator index: the last operator's is the default
-        address = _helper(
-            "uint64", "tvm_rtask_addr", tirx.address_of(tensors[-1]), source=POINTER_SOURCE
-        )
-        for op, tensor in reversed(list(zip(ops[:-1], tensors[:-1], strict=True))):
-            chosen = _helper(
-                "uint64", "tvm_rtask_addr", tirx.address_of(tensor), source=POINTER_SOURCE
-            )
-            address = tirx.Select(tirx.EQ(op_word, _i32(code.op_index[op])), chosen, address)
         pointer_ty = PointerType(PrimType(str(param.dtype)), "global")
         data = tirx.Var(f"{param.name}_data", pointer_ty)
         view = tirx.decl_buffer(param.shape, param.dtype, param.name, data=data)
         decls += [
-            tirx.Bind(data, _helper(pointer_ty, "tvm_rtask_ptr", address, source=POINTER_SOURCE)),
+            tirx.Bind(data, _selected_pointer(code, ops, tensors, op_word, pointer_ty)),
             tirx.DeclBuffer(view, data=data),
         ]
-        mapping[param.__chandle__()] = view
+        operands.append(view)
+    return decls, operands
+
+
+def _inlined_body(
+    code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, rtask, tid, offsets, arenas
+):
+    """One copy of the rKernel of ``ops`` inside the dispatcher, on the operator's tensors."""
+    decls, operands = _operands(code, ops, buffers, op_word, offsets, arenas)
+    func = s_tir.renew_defs(code.calls[ops[0]][0].func)
+    *buffer_params, rtask_param, tid_param = func.params
+    mapping = {rtask_param.__chandle__(): rtask, tid_param.__chandle__(): tid}
+    mapping.update((p.__chandle__(), b) for p, b in zip(buffer_params, operands, strict=True))
     body = tvm_ffi.structural_map(func.body, (tirx.Var, lambda v: mapping.get(v.__chandle__(), v)))
     return tirx.SeqStmt([*decls, body]) if decls else body
+
+
+def _body_call(
+    code: CUDAProgramCode, ops: list[str], buffers: dict, op_word, rtask, offsets, arenas
+):
+    """A call of the body function of ``ops`` with the operator's tensors' addresses, then a
+    barrier (the next rTask's body reuses the shared memory)."""
+    decls, operands = _operands(code, ops, buffers, op_word, offsets, arenas)
+    name = call_name(body_function_name(code.calls[ops[0]][0], code.threads))
+    args = [tirx.address_of(b) for b in operands]
+    call = tirx.Evaluate(tirx.call_extern("int32", name, *args, rtask))
+    return tirx.SeqStmt([*decls, call, _sync()])
 
 
 def build_cuda_dispatcher(
@@ -461,13 +511,15 @@ def build_cuda_dispatcher(
         # rTask id instead of constants)
         rtask = tirx.Add(word(2), tirx.Mul(word(4), run_index))
         if len(ops) == 1:
-            body = _substitute_params(kernel, buffers, names, rtask, tx)
             selected = tirx.EQ(a, _i32(code.op_index[ops[0]]))
         else:
-            body = _shared_body(code, ops, buffers, a, rtask, tx, offsets, arena_buffers)
             lo, hi = code.op_index[ops[0]], code.op_index[ops[-1]]
             selected = tirx.And(tirx.GE(a, _i32(lo)), tirx.LE(a, _i32(hi)))
-        if kernel.threads < code.threads:
+        if code.body_functions:
+            body = _body_call(code, ops, buffers, a, rtask, offsets, arena_buffers)
+        else:
+            body = _inlined_body(code, ops, buffers, a, rtask, tx, offsets, arena_buffers)
+        if kernel.threads < code.threads and not code.body_functions:
             body = guard_surplus_threads(body, tx, kernel.threads)
         loop = tirx.For(run_index, _i32(0), c, tirx.ForKind.SERIAL, body)
         op_branches.append(tirx.IfThenElse(_invariant(selected), loop, None))
@@ -535,6 +587,19 @@ def build_cuda_dispatcher(
         finish_call = _device_call("tvm_rtask_finish", sync_ptr(_i32(0)), _i32(num_veu))
     finish = tirx.IfThenElse(first_thread, finish_call, None)
     thread_body = [*views, entries, _sync(), finish]
+    dynamic = dynamic_shared_bytes(code)
+    shared_allocs = []
+    if dynamic:
+        # the largest body's shared memory, allocated here so that the launch provides it
+        # (the bodies' own extern __shared__ arrays start at the same address); its first
+        # and last bytes written once, before any body runs, so that TVM neither drops it
+        # nor compacts it to the bytes touched
+        shared = tirx.decl_buffer([dynamic], "uint8", "rtask_dynamic_shared", scope="shared.dyn")
+        zero = tirx.IntImm("uint8", 0)
+        ends = [tirx.BufferStore(shared, zero, [_i32(i)]) for i in sorted({0, dynamic - 1})]
+        touch = tirx.IfThenElse(tirx.EQ(tx, _i32(0)), tirx.SeqStmt(ends), None)
+        shared_allocs.append(shared)
+        thread_body = [touch, _sync(), *thread_body]
     if counters:
         read_epoch = _helper("int32", "tvm_rtask_epoch", sync_ptr(_i32(finish_word + 1)))
         thread_body.insert(len(views), tirx.Bind(epoch, read_epoch))
@@ -554,7 +619,7 @@ def build_cuda_dispatcher(
         threads,
         thread_binding=tirx.IterVar(None, bx, 1, "blockIdx.x"),
     )
-    root = s_tir.SBlock([], [], [], "root", grid)
+    root = s_tir.SBlock([], [], [], "root", grid, alloc_buffers=shared_allocs)
     # call_tir order: inputs, then constant inputs (weight arenas and the four tables, the
     # sync words last), then outputs and the workspace arenas
     params = [

@@ -21,10 +21,12 @@ __all__ = [
     "check_co_residency",
     "check_spills",
     "find_nvcc",
+    "parse_function_spills",
     "parse_ptxas_report",
     "ptxas_usage",
     "source_kernel_registers",
     "tvm_nvcc_command",
+    "with_callees",
 ]
 
 _FUNCTION = re.compile(r"Compiling entry function '(\w+)'")
@@ -65,6 +67,44 @@ def parse_ptxas_report(text: str) -> dict[str, KernelUsage]:
             usage[current] = KernelUsage(int(match.group(1)), int(match.group(2) or 0), spills)
             current = None
     return usage
+
+
+_PROPERTIES = re.compile(r"Function properties for (\w+)")
+
+
+def parse_function_spills(text: str) -> dict[str, int]:
+    """Spill-store bytes of every function ptxas reports properties for (device functions
+    too, which have no entry of their own in :func:`parse_ptxas_report`)."""
+    spills: dict[str, int] = {}
+    current = None
+    for line in text.splitlines():
+        match = _PROPERTIES.search(line)
+        if match:
+            current = match.group(1)
+            continue
+        match = _SPILLS.search(line)
+        if match and current is not None:
+            spills[current] = int(match.group(1))
+            current = None
+    return spills
+
+
+def with_callees(
+    usage: dict[str, KernelUsage],
+    report: str,
+    callees: dict[str, list[str]],
+    dynamic_shared: dict[str, int],
+) -> dict[str, KernelUsage]:
+    """Kernel usage counting what the kernel brings along: the spills of the device
+    functions it calls (``callees``) and the dynamic shared memory it is launched with."""
+    spills = parse_function_spills(report)
+    out = dict(usage)
+    for name, use in usage.items():
+        extra = sum(spills.get(c, 0) for c in callees.get(name, ()))
+        dyn = dynamic_shared.get(name, 0)
+        if extra or dyn:
+            out[name] = KernelUsage(use.registers, use.shared_mem + dyn, use.spill_stores + extra)
+    return out
 
 
 def source_kernel_registers(funcs: dict, target) -> dict[str, int] | None:
