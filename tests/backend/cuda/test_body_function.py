@@ -99,7 +99,13 @@ def test_the_source_has_one_device_function_per_distinct_rkernel():
     ex, plan = tvm_rtask.compile_with_plan(mod, TARGET, verify_occupancy=False)
     source = tvm_rtask.cuda_source(ex)
     bodies = set(re.findall(r"__device__ __noinline__ void (rtask_body_\w+_kernel)\(", source))
-    distinct = {plan.graph.op(op).func for p in plan.programs() for op in p.ops()}
+    # one per distinct rKernel that uses shared memory (the others stay inlined)
+    distinct = {
+        plan.graph.op(op).func
+        for p in plan.programs()
+        for op in p.ops()
+        if plan.graph.op(op).kernel(p.kernel_of(op)).shared_mem > 0
+    }
     assert len(bodies) == len(distinct) > 5
     assert "__global__ void __launch_bounds__(256) rtask_body" not in source
     # the persistent kernels launch with the dynamic shared memory of their bodies

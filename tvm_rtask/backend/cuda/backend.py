@@ -370,7 +370,7 @@ class CUDABackend(Backend):
             timeout_ns=options.spin_timeout_ms * 1_000_000,
             trap_on_timeout=not cuda.check_status,
         )
-        if code.body_functions:
+        if code.bodies:
             func = func.with_attrs(
                 {
                     DYNAMIC_SHARED_ATTR: dynamic_shared_bytes(code),
@@ -386,7 +386,7 @@ class CUDABackend(Backend):
             relax.const(words),
         ]
         results = [*(t.name for t in (*io.outputs, *loose)), *(a.decl for a in arenas)]
-        helpers = body_functions(code) if code.body_functions else {}
+        helpers = body_functions(code)
         return func, constants, results, [t.name for t in passed], helpers
 
     def finish_main(self, main, rprogram_calls, options):

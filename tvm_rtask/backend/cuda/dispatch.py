@@ -202,7 +202,8 @@ class CUDAProgramCode:
     arenas: list[Arena] = field(default_factory=list)
     # constant inputs (weights) packed into constant arenas, passed after ``inputs``
     weight_arenas: list[Arena] = field(default_factory=list)
-    # each distinct rKernel body a device function called by name (body_function.py)
+    # distinct rKernel bodies that use shared memory as device functions called by name
+    # (body_function.py); the others stay inlined
     body_functions: bool = False
 
     def all_arenas(self) -> list[Arena]:
@@ -213,11 +214,20 @@ class CUDAProgramCode:
         """Each arena tensor's arena and element offset."""
         return arena_of(self.all_arenas())
 
+    def as_function(self, ops: list[str]) -> bool:
+        """Whether the body of ``ops`` is a device function: with ``body_functions``, a body
+        that uses shared memory (tiled convolutions, matmuls, reductions: the large bodies
+        whose values nvcc kept live across the merged kernel). Small elementwise bodies stay
+        inlined: as calls they cost the RNNs more than they saved (docs/kernel-quality.md)."""
+        return self.body_functions and self.calls[ops[0]][0].shared_mem > 0
+
     @cached_property
     def bodies(self) -> dict[str, tirx.PrimFunc]:
-        """Each distinct rKernel body as a device function, by name (body_function.py)."""
+        """The device-function bodies (:meth:`as_function`), by name (body_function.py)."""
         funcs = {}
         for ops in _op_groups(self):
+            if not self.as_function(ops):
+                continue
             kernel = self.calls[ops[0]][0]
             name = body_function_name(kernel, self.threads)
             if name not in funcs:
@@ -374,8 +384,6 @@ def body_functions(code: CUDAProgramCode) -> dict[str, tirx.PrimFunc]:
 def dynamic_shared_bytes(code: CUDAProgramCode) -> int:
     """Dynamic shared memory a dispatcher with body functions is launched with: the most any
     of its bodies allocates (measured as TVM compacts it), with room for alignment."""
-    if not code.body_functions:
-        return 0
     used = max((int(f.attrs[DYNAMIC_SHARED_ATTR]) for f in code.bodies.values()), default=0)
     return used + DYNAMIC_SHARED_SLACK if used else 0
 
@@ -515,11 +523,11 @@ def build_cuda_dispatcher(
         else:
             lo, hi = code.op_index[ops[0]], code.op_index[ops[-1]]
             selected = tirx.And(tirx.GE(a, _i32(lo)), tirx.LE(a, _i32(hi)))
-        if code.body_functions:
+        if code.as_function(ops):
             body = _body_call(code, ops, buffers, a, rtask, offsets, arena_buffers)
         else:
             body = _inlined_body(code, ops, buffers, a, rtask, tx, offsets, arena_buffers)
-        if kernel.threads < code.threads and not code.body_functions:
+        if kernel.threads < code.threads and not code.as_function(ops):
             body = guard_surplus_threads(body, tx, kernel.threads)
         loop = tirx.For(run_index, _i32(0), c, tirx.ForKind.SERIAL, body)
         op_branches.append(tirx.IfThenElse(_invariant(selected), loop, None))
