@@ -3,7 +3,9 @@
 For each model (SqueezeNet, Inception v1, ResNet-50 from the onnx package's test data,
 seeded random weights, batch 1): TVM's default build, TVM + CUDA graph, tvm-rtask
 ``sequential`` and ``wavefront`` (dependency counters, the CUDA default), ``wavefront``
-with step arrays (``rtask_wavefront_fine``) and ``wavefront`` under a CUDA graph. Every
+with step arrays (``rtask_wavefront_fine``), ``wavefront`` with every rKernel body inlined
+(``rtask_wavefront_inlined``: ``cuda_body_functions=False``, against the default's device
+functions) and ``wavefront`` under a CUDA graph. Every
 configuration is checked against TVM's default output before it is timed; times are
 medians of ``--repeat`` calls after warm-up, each call synchronised. One JSON line per
 configuration is appended to ``--out`` the moment it is known (compile time included), so
@@ -32,6 +34,7 @@ CONFIGS = (
     "rtask_sequential",
     "rtask_wavefront",
     "rtask_wavefront_fine",
+    "rtask_wavefront_inlined",
     "rtask_wavefront_cuda_graph",
 )
 
@@ -48,6 +51,8 @@ def _build(config: str, mod, target):
             return tvm.compile(mod, target=target)
     if config == "rtask_wavefront_fine":  # the step arrays, for comparison
         return tvm_rtask.compile(mod, target, policy="wavefront", barrier="fine")
+    if config == "rtask_wavefront_inlined":  # bodies inlined, not device functions
+        return tvm_rtask.compile(mod, target, policy="wavefront", cuda_body_functions=False)
     if config == "rtask_wavefront_cuda_graph":
         with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
             return tvm_rtask.compile(mod, target, policy="wavefront")

@@ -59,6 +59,21 @@ def test_builtin_model_matches_tvm_default_cuda_build(name):
     assert_outputs_match(actual, reference, name)
 
 
+@pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
+def test_inlined_bodies_match_tvm_default_cuda_build(name):
+    """``cuda_body_functions=False``: every rKernel body inlined into its persistent kernel
+    (the default calls the bodies that use shared memory as device functions)."""
+    dev = tvm.cuda(0)
+    model = load_light_model(name)
+    inputs = random_inputs(model)
+    mod = tvm_rtask.frontend.load(model)
+    reference = run_executable(
+        tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
+    )
+    inlined = tvm_rtask.compile(mod, TARGET, cuda_body_functions=False)
+    assert_outputs_match(run_executable(inlined, inputs, dev), reference, name)
+
+
 def test_thousand_replays_give_identical_results():
     dev = tvm.cuda(0)
     model = load_light_model("squeezenet")
