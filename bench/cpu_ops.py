@@ -403,7 +403,10 @@ def _e2e_model(
     ]
     if skip_rules_off:
         configs = configs[1:]
-    shipped = resolve_db(None, target)
+    from tvm_rtask.backend import get_backend
+    from tvm_rtask.options import resolve_options
+
+    shipped = resolve_db(None, get_backend(target).record_set(resolve_options({})))
     if shipped:  # the record set shipped for this target, as compile uses it by default
         configs.append(("rtask_wavefront_shipped_set", True, None))
         result["shipped_set"] = shipped

@@ -38,6 +38,18 @@ def _needs_avx2():
 
 
 # -- device keys ------------------------------------------------------------------------------
+def _set_key(target, device=None):
+    """The set the target's backend chooses (None for a kind without a backend)."""
+    from tvm_rtask.backend import get_backend
+    from tvm_rtask.options import resolve_options
+
+    try:
+        backend = get_backend(target)
+    except OptionError:
+        return None
+    return backend.record_set(resolve_options({"device": device} if device else {}))
+
+
 @pytest.mark.parametrize(
     "target, device, key",
     [
@@ -56,7 +68,7 @@ def _needs_avx2():
     ],
 )
 def test_set_key_of_a_target(target, device, key):
-    assert sets.set_key(Target(target), device) == key
+    assert _set_key(Target(target), device) == key
 
 
 def test_host_cpu_target_maps_to_the_avx2_set_when_the_host_has_avx2():
@@ -64,19 +76,19 @@ def test_host_cpu_target_maps_to_the_avx2_set_when_the_host_has_avx2():
     from tvm_rtask.backend.cpu.host import missing_host_features
 
     expected = None if missing_host_features(["avx2"]) else "x86_64-avx2"
-    assert sets.set_key(as_target("llvm-native")) == expected
+    assert _set_key(as_target("llvm-native")) == expected
 
 
 # -- the db option ----------------------------------------------------------------------------
 def test_a_path_is_used_as_given_and_false_or_none_turns_records_off(tmp_path):
-    target = Target(HASWELL)
-    assert sets.resolve_db("some/work/dir", target) == "some/work/dir"
-    assert sets.resolve_db(tmp_path, target) == str(tmp_path)
-    assert sets.resolve_db(False, target) is False
-    assert sets.resolve_db("none", target) is False
-    assert sets.resolve_db("None", target) is False
+    name = _set_key(Target(HASWELL))
+    assert sets.resolve_db("some/work/dir", name) == "some/work/dir"
+    assert sets.resolve_db(tmp_path, name) == str(tmp_path)
+    assert sets.resolve_db(False, name) is False
+    assert sets.resolve_db("none", name) is False
+    assert sets.resolve_db("None", name) is False
     with pytest.raises(OptionError, match="db must be"):
-        sets.resolve_db(3, target)
+        sets.resolve_db(3, name)
 
 
 def test_options_accept_a_path_false_and_none_only():
@@ -96,15 +108,15 @@ def test_absent_set_is_said_once_and_falls_back_to_the_rules(tmp_path, monkeypat
     monkeypatch.setattr(sets, "SHIPPED_DIR", tmp_path)
     cuda = Target({"kind": "cuda", "arch": "sm_90"}, host="llvm")
     with caplog.at_level(logging.INFO, logger="tvm_rtask"):
-        assert sets.resolve_db(None, cuda) is False
-        assert sets.resolve_db(None, cuda, "h200") is False
-        assert sets.resolve_db(None, cuda) is False  # said once per set
+        assert sets.resolve_db(None, _set_key(cuda)) is False
+        assert sets.resolve_db(None, _set_key(cuda, "h200")) is False
+        assert sets.resolve_db(None, _set_key(cuda)) is False  # said once per set
     messages = [r.getMessage() for r in caplog.records]
     assert messages == [
         "no shipped record set 'h100': the rules' schedules are used",
         "no shipped record set 'h200': the rules' schedules are used",
     ]
-    assert sets.resolve_db(None, Target("llvm")) is False  # no set for plain llvm
+    assert sets.resolve_db(None, _set_key(Target("llvm"))) is False  # none for plain llvm
 
 
 def test_plan_options_resolve_db_for_cuda_without_a_set(tmp_path, monkeypatch):
@@ -243,7 +255,7 @@ def test_cli_db_none_is_no_records():
 
     args = build_parser().parse_args(["compile", "squeezenet", "--db", "none"])
     options = check_options(_options_from(args))
-    assert sets.resolve_db(options["db"], Target(HASWELL)) is False
+    assert sets.resolve_db(options["db"], _set_key(Target(HASWELL))) is False
 
 
 # -- bad sets ---------------------------------------------------------------------------------
@@ -266,7 +278,7 @@ def test_a_damaged_set_is_one_warning_and_the_rules(tiny_set, caplog, damage, me
         sets.read_manifest(tiny_set["path"])
     assert "\n" not in str(err.value)
     with caplog.at_level(logging.INFO, logger="tvm_rtask"):
-        assert sets.resolve_db(None, Target(HASWELL)) is False
+        assert sets.resolve_db(None, _set_key(Target(HASWELL))) is False
     (record,) = caplog.records
     assert record.levelno == logging.WARNING and message in record.getMessage()
     assert "ignored, the rules' schedules are used" in record.getMessage()
@@ -289,7 +301,7 @@ def test_shipped_set_manifest_matches_its_database(name):
     if not path.is_dir():
         pytest.skip(f"no shipped set {name!r}")
     manifest = sets.read_manifest(path)
-    assert manifest["set"] == name == sets.set_key(Target(manifest["target"]))
+    assert manifest["set"] == name == _set_key(Target(manifest["target"]))
     kept = {k for k, e in manifest["operators"].items() if e["kept"]}
     for entry in manifest["operators"].values():
         assert entry["models"] and set(entry["models"]) <= set(manifest["models"])

@@ -125,6 +125,11 @@ class Backend:
         per name (CUDA: rKernel bodies as device functions, shared by rPrograms)."""
         raise NotImplementedError
 
+    def record_set(self, options: RTaskOptions) -> str | None:
+        """The shipped tuned-record set (``records/shipped/<name>``) that fits this target,
+        or None (``db`` left unset uses it)."""
+        return None
+
     def finish_main(self, main, rprogram_calls: list, options: RTaskOptions):
         """``main`` after lowering, given the ``call_tir`` of every rProgram (a hook for
         host-side checks after the programs)."""

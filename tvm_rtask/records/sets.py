@@ -43,26 +43,6 @@ class RecordSetError(OptionError):
     match its database."""
 
 
-def set_key(target, device: str | None = None) -> str | None:
-    """The shipped set for ``target`` (a ``tvm.target.Target``), or None when none applies.
-
-    ``device`` is the CUDA device option (``h200`` picks the H200 set on ``sm_90``)."""
-    kind = str(target.kind.name)
-    if kind == "llvm":
-        from ..backend.cpu.host import target_isa_features
-
-        try:
-            features = target_isa_features(target)
-        except Exception:  # an LLVM without x86: no x86 set
-            return None
-        return "x86_64-avx2" if "avx2" in features else None
-    if kind == "cuda":
-        arch = str(target.attrs.get("arch", "") or "")
-        if arch.startswith("sm_90"):
-            return "h200" if (device or "").lower() == "h200" else "h100"
-    return None
-
-
 def set_dir(name: str, root: str | os.PathLike | None = None) -> Path:
     return Path(root or SHIPPED_DIR, name)
 
@@ -118,13 +98,14 @@ def _tell(name: str, level: int, message: str) -> None:
         logger.log(level, "%s", message)
 
 
-def resolve_db(db, target, device: str | None = None, root=None):
+def resolve_db(db, name: str | None, root=None):
     """The ``db`` option made concrete: a tuning work directory (path) or False (none).
 
     - a path (``str``): used as given, exactly as before shipped sets existed;
     - ``False`` or ``"none"``: no records, the rules' schedules everywhere;
-    - ``None`` (the default): the shipped set matching ``target`` (:func:`set_key`), or
-      False when there is none (absent sets are said once, in the log).
+    - ``None`` (the default): the shipped set ``name`` the target's backend chose
+      (``Backend.record_set``), or False when there is none (absent sets are said once, in
+      the log).
 
     Idempotent: a resolved value resolves to itself.
     """
@@ -134,7 +115,6 @@ def resolve_db(db, target, device: str | None = None, root=None):
         return os.fspath(db)
     if db is not None:
         raise OptionError(f"db must be a directory path, False or None, not {db!r}")
-    name = set_key(target, device)
     if name is None:
         return False
     path = shipped_set(name, root)
@@ -155,6 +135,5 @@ __all__ = [
     "available",
     "read_manifest",
     "resolve_db",
-    "set_key",
     "shipped_set",
 ]

@@ -30,15 +30,17 @@ def plan_options(explicit: dict, ctx: tvm.transform.PassContext | None, target) 
     target's backend (an option that does not apply to the target is an OptionError).
 
     ``db`` comes back concrete: a work directory, or False for none; left unset it is the
-    shipped record set matching ``target`` (``records.sets.resolve_db``)."""
+    shipped record set the target's backend chooses (``Backend.record_set``,
+    ``records.sets.resolve_db``)."""
     from ..records.sets import resolve_db
 
     if isinstance(explicit, RTaskOptions):
         options = explicit
     else:
         options = resolve_options(explicit, ctx.config if ctx is not None else None)
-    get_backend(target).check_options(options)
-    db = resolve_db(options.db, as_target(target), options.device)
+    backend = get_backend(target)
+    backend.check_options(options)
+    db = resolve_db(options.db, backend.record_set(options))
     return options if db == options.db else replace(options, db=db)
 
 

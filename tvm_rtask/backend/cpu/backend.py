@@ -120,6 +120,17 @@ class CPUBackend(Backend):
             config["num-cores"] = int(num_cores or worker_capacity())
         return Target(config)
 
+    def record_set(self, options) -> str | None:
+        """``x86_64-avx2`` for an x86 target whose CPU has AVX2 (plain ``llvm`` is generic
+        x86-64, SSE2 only: none)."""
+        from .host import target_isa_features
+
+        try:
+            features = target_isa_features(self.target)
+        except Exception:  # an LLVM without x86: no x86 set
+            return None
+        return "x86_64-avx2" if "avx2" in features else None
+
     def check_options(self, options) -> None:
         for key in _CUDA_ONLY:
             if getattr(options, key) is not None:

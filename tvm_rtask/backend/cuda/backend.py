@@ -198,6 +198,12 @@ class CUDABackend(Backend):
     def barrier(self, options) -> str:
         return options.barrier or "counter"
 
+    def record_set(self, options) -> str | None:
+        """``h100`` on sm_90, or ``h200`` when the device option says so."""
+        if not str(self.target.attrs.get("arch", "") or "").startswith("sm_90"):
+            return None
+        return "h200" if (options.device or "").lower() == "h200" else "h100"
+
     def device_spec(self, options):
         return get_spec(CUDAOptions.parse(options, self.target).device)
 
