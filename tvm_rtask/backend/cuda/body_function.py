@@ -1,11 +1,12 @@
 """rKernel bodies as CUDA device functions (option ``cuda_body_functions``).
 
 Inlined into the persistent kernel, every distinct rKernel body shares one register
-allocation with all the others: nvcc hoists each body's thread-index math to the top of the
-entry loop and keeps it live across every branch, so reduced SqueezeNet's wavefront kernel
-spills 1,740 bytes at 80 registers although no body alone spills more than 24 (see
-docs/kernel-quality.md). As a ``__device__ __noinline__`` function, each body gets its own
-register allocation, and one function serves every rProgram of the model that runs it.
+allocation with all the others, and nvcc keeps values of many bodies live across the whole
+entry loop: reduced SqueezeNet's wavefront kernel spills 1,740 bytes at 80 registers although
+no body alone spills more than 24 (docs/kernel-quality.md: what was tried). As a
+``__device__ __noinline__`` function, each body gets its own register allocation, and one
+function serves every rProgram of the model that runs it. The dispatcher makes functions of
+the bodies that use shared memory (``CUDAProgramCode.as_function``); small ones stay inlined.
 
 How, with TVM 0.27 (it has no device-function calls with shared memory):
 
@@ -37,7 +38,8 @@ from ...errors import CapacityError
 from .rkernel import CUDARKernel, guard_surplus_threads, shared_buffers
 
 BODY_PREFIX = "rtask_body_"
-# attribute of a dispatcher PrimFunc: the dynamic shared memory it is launched with
+# attribute of a dispatcher PrimFunc: the dynamic shared memory it is launched with; of a
+# body function: the dynamic shared memory it uses
 DYNAMIC_SHARED_ATTR = "rtask.dynamic_shared_bytes"
 # what the shared-memory check's error says (the build re-raises it as a CapacityError)
 SHARED_MEMORY_SHORT = "bytes of dynamic shared memory, but its rKernel body"
