@@ -170,8 +170,8 @@ def check_spills(usage: dict[str, KernelUsage], threads: int, blocks_per_sm: int
         raise SpillError(
             f"{name} spills {use.spill_stores} bytes of registers to local memory at "
             f"{use.registers} registers per thread (__launch_bounds__({threads}, "
-            f"{blocks_per_sm})); {len(spilling)} persistent kernel(s) spill. Give them more "
-            "registers (cuda_registers, fewer vEUs per SM: num_veu), fewer distinct kernels "
-            "per rProgram (max_kernels_per_program), or accept the spills with "
-            "verify_occupancy=False"
+            f"{blocks_per_sm})); {len(spilling)} persistent kernel(s) spill (body functions "
+            "included). Give them more registers (cuda_registers, fewer vEUs per SM: num_veu, "
+            "spills='replan'), fewer distinct kernels per rProgram (max_kernels_per_program, "
+            "spills='split'), or accept the spills with verify_occupancy=False"
         )
