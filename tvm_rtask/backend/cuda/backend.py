@@ -377,6 +377,9 @@ class CUDABackend(Backend):
             trap_on_timeout=not cuda.check_status,
         )
         if code.bodies:
+            # from here on, any CUDA build in this process (tvm_rtask.build, or tvm.compile
+            # of the lowered module) turns the body kernels into device functions
+            install_postproc()
             func = func.with_attrs(
                 {
                     DYNAMIC_SHARED_ATTR: dynamic_shared_bytes(code),
