@@ -189,6 +189,17 @@ def test_nasnet_has_one_body_per_distinct_rkernel_and_waits_per_edge():
             waited = [op for item in script if isinstance(item, CounterWait) for op in item.ops]
             assert len(waited) == len(set(waited)) <= stats["edges"]
         counter_pairs += stats["wait_pairs"]
+    # across the whole module, each distinct rKernel that uses shared memory is one device
+    # function, whichever rPrograms run it; its dispatchers call it, they do not inline it
+    bodies = [
+        gv.name_hint for gv in lowered.get_global_vars() if gv.name_hint.startswith("rtask_body_")
+    ]
+    shared = set()
+    for program in plan.programs():
+        for op in program.ops():
+            if plan.graph.op(op).kernel(program.kernel_of(op)).shared_mem > 0:
+                shared.add(plan.graph.op(op).func)
+    assert 0 < len(bodies) == len(set(bodies)) <= len(shared)  # at most one per distinct rKernel
     # the same model planned for step arrays waits on far more (vEU, step) pairs
     fine = tvm_rtask.plan(mod, "cuda", num_veu=132, barrier="fine", verify_occupancy=False)
     step_pairs = sum(
