@@ -32,46 +32,37 @@ pytestmark = pytest.mark.gpu
 TARGET = {"kind": "cuda", "arch": "sm_90"}
 
 
-@pytest.mark.parametrize("policy", ["wavefront", "sequential"])
-@pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_light_model_matches_tvm_default_cuda_build(name, policy):
+def _matches_tvm_default(model, inputs, label, **options):
+    """tvm-rtask's CUDA build of ``model`` with ``options`` computes what TVM's default
+    build computes."""
     dev = tvm.cuda(0)
-    model = load_light_model(name)
-    inputs = random_inputs(model)
     mod = tvm_rtask.frontend.load(model)
     reference = run_executable(
         tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
     )
-    actual = run_executable(tvm_rtask.compile(mod, TARGET, policy=policy), inputs, dev)
-    assert_outputs_match(actual, reference, (name, policy))
+    actual = run_executable(tvm_rtask.compile(mod, TARGET, **options), inputs, dev)
+    assert_outputs_match(actual, reference, label)
+
+
+@pytest.mark.parametrize("policy", ["wavefront", "sequential"])
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_matches_tvm_default_cuda_build(name, policy):
+    model = load_light_model(name)
+    _matches_tvm_default(model, random_inputs(model), (name, policy), policy=policy)
 
 
 @pytest.mark.parametrize("name", zoo.names())
 def test_builtin_model_matches_tvm_default_cuda_build(name):
-    dev = tvm.cuda(0)
     model = zoo.onnx_model(name)
-    inputs = zoo.sample_inputs(model)
-    mod = tvm_rtask.frontend.load(model)
-    reference = run_executable(
-        tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
-    )
-    actual = run_executable(tvm_rtask.compile(mod, TARGET), inputs, dev)
-    assert_outputs_match(actual, reference, name)
+    _matches_tvm_default(model, zoo.sample_inputs(model), name)
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
 def test_inlined_bodies_match_tvm_default_cuda_build(name):
     """``cuda_body_functions=False``: every rKernel body inlined into its persistent kernel
     (the default calls the bodies that use shared memory as device functions)."""
-    dev = tvm.cuda(0)
     model = load_light_model(name)
-    inputs = random_inputs(model)
-    mod = tvm_rtask.frontend.load(model)
-    reference = run_executable(
-        tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
-    )
-    inlined = tvm_rtask.compile(mod, TARGET, cuda_body_functions=False)
-    assert_outputs_match(run_executable(inlined, inputs, dev), reference, name)
+    _matches_tvm_default(model, random_inputs(model), name, cuda_body_functions=False)
 
 
 def test_thousand_replays_give_identical_results():

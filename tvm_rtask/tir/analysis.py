@@ -57,16 +57,38 @@ def estimate_flops(func: tirx.PrimFunc) -> float:
     return float(_flops(func.body, 1))
 
 
+def buffer_elements(buf) -> int | None:
+    """Number of elements of a buffer with a static shape (None when it is symbolic)."""
+    numel = 1
+    for dim in buf.ty.shape:
+        if not isinstance(dim, tirx.IntImm):
+            return None
+        numel *= int(dim.value)
+    return numel
+
+
 def buffer_bytes(buf) -> int:
     """Size in bytes of a buffer with a static shape (0 when it is symbolic)."""
-    ty = buf.ty
-    numel = 1
-    for dim in ty.shape:
-        if not isinstance(dim, tirx.IntImm):
-            return 0
-        numel *= int(dim.value)
-    dtype = tvm_ffi.dtype(str(ty.dtype))
+    numel = buffer_elements(buf)
+    if numel is None:
+        return 0
+    dtype = tvm_ffi.dtype(str(buf.ty.dtype))
     return numel * max(dtype.bits * dtype.lanes // 8, 1)
+
+
+def allocated_buffers(stmt) -> list:
+    """The buffers ``stmt`` allocates: SBlock ``alloc_buffers`` and ``AllocBuffer``
+    statements, in visiting order."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, s_tir.SBlock):
+            found.extend(node.alloc_buffers)
+        elif isinstance(node, tirx.AllocBuffer):
+            found.append(node.buffer)
+
+    tvm_ffi.structural_walk(stmt, visit)
+    return found
 
 
 def estimate_bytes(func: tirx.PrimFunc) -> float:

@@ -24,7 +24,6 @@ from .body_function import (
 from .compile_cache import install_compile_callback
 from .dispatch import (
     CUDAProgramCode,
-    body_functions,
     build_cuda_dispatcher,
     counter_table,
     dynamic_shared_bytes,
@@ -383,7 +382,7 @@ class CUDABackend(Backend):
             func = func.with_attrs(
                 {
                     DYNAMIC_SHARED_ATTR: dynamic_shared_bytes(code),
-                    BODY_FUNCTIONS_ATTR: [f"{n}_kernel" for n in body_functions(code)],
+                    BODY_FUNCTIONS_ATTR: [f"{n}_kernel" for n in code.bodies],
                 }
             )
         constants = [
@@ -395,7 +394,7 @@ class CUDABackend(Backend):
             relax.const(words),
         ]
         results = [*(t.name for t in (*io.outputs, *loose)), *(a.decl for a in arenas)]
-        helpers = body_functions(code)
+        helpers = code.bodies
         return func, constants, results, [t.name for t in passed], helpers
 
     def finish_main(self, main, rprogram_calls, options):

@@ -35,6 +35,7 @@ from tvm import s_tir, tirx
 from tvm.ir.expr import Call
 
 from ...errors import CapacityError
+from ...tir.analysis import allocated_buffers, buffer_bytes
 from .rkernel import CUDARKernel, guard_surplus_threads, shared_buffers
 
 BODY_PREFIX = "rtask_body_"
@@ -47,6 +48,7 @@ SHARED_MEMORY_SHORT = "bytes of dynamic shared memory, but its rKernel body"
 BODY_FUNCTIONS_ATTR = "rtask.body_functions"
 DYN_SHARED = "shared.dyn"
 ARG_PREFIX = "rtask_arg"
+CALL_SUFFIX = "_call"  # the wrapper of TVM's <name>_kernel: <name>_kernel_call
 _GLOBAL_BODY = re.compile(
     r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?('
     + BODY_PREFIX
@@ -65,7 +67,7 @@ def body_function_name(kernel: CUDARKernel, threads: int) -> str:
 def call_name(name: str) -> str:
     """What the dispatcher calls for body function ``name``: a wrapper that takes every
     operand in order (:func:`postprocess_source` writes it next to TVM's ``<name>_kernel``)."""
-    return f"{name}_kernel_call"
+    return f"{name}_kernel{CALL_SUFFIX}"
 
 
 def _like(buf, name: str, scope: str):
@@ -86,19 +88,9 @@ def _like(buf, name: str, scope: str):
 def _dynamic_shared(body: tirx.Stmt, names: set[str]) -> tirx.Stmt:
     """The ``shared`` buffers ``names`` that ``body`` allocates, as ``shared.dyn`` buffers."""
     renamed: dict = {}
-
-    def collect(node):
-        if isinstance(node, s_tir.SBlock):
-            allocated = list(node.alloc_buffers)
-        elif isinstance(node, tirx.AllocBuffer):
-            allocated = [node.buffer]
-        else:
-            return
-        for buf in allocated:
-            if buf.scope() == "shared" and buf.name in names:
-                renamed.setdefault(buf.__chandle__(), _like(buf, buf.name, DYN_SHARED))
-
-    tvm_ffi.structural_walk(body, collect)
+    for buf in allocated_buffers(body):
+        if buf.scope() == "shared" and buf.name in names:
+            renamed.setdefault(buf.__chandle__(), _like(buf, buf.name, DYN_SHARED))
     if not renamed:
         return body
     return tvm_ffi.structural_map(body, (tirx.Var, lambda v: renamed.get(v.__chandle__(), v)))
@@ -218,17 +210,7 @@ def install_postproc() -> None:
 
 def _dynamic_shared_bytes(func: tirx.PrimFunc) -> int:
     """Bytes of ``shared.dyn`` memory a lowered device function allocates."""
-    total = [0]
-
-    def visit(node):
-        if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() == DYN_SHARED:
-            n = 1
-            for d in node.buffer.ty.shape:
-                n *= int(d)
-            total[0] += n * max(tvm_ffi.dtype(str(node.buffer.ty.dtype)).bits // 8, 1)
-
-    tvm_ffi.structural_walk(func.body, visit)
-    return total[0]
+    return sum(buffer_bytes(b) for b in allocated_buffers(func.body) if b.scope() == DYN_SHARED)
 
 
 def _called_bodies(func: tirx.PrimFunc) -> set[str]:
@@ -237,8 +219,8 @@ def _called_bodies(func: tirx.PrimFunc) -> set[str]:
     def visit(node):
         if isinstance(node, Call) and getattr(node.op, "name", "") == "tirx.call_extern":
             callee = str(node.args[0].value)
-            if callee.startswith(BODY_PREFIX) and callee.endswith("_kernel_call"):
-                names.add(callee.removesuffix("_call"))
+            if callee.startswith(BODY_PREFIX) and callee.endswith(f"_kernel{CALL_SUFFIX}"):
+                names.add(callee.removesuffix(CALL_SUFFIX))
 
     tvm_ffi.structural_walk(func.body, visit)
     return names

@@ -222,16 +222,22 @@ class CUDAProgramCode:
         return self.body_functions and self.calls[ops[0]][0].shared_mem > 0
 
     @cached_property
+    def body_names(self) -> dict[str, str]:
+        """First operator of each body that is a device function (:meth:`as_function`) ->
+        the function's name (a hash of the body: computed once)."""
+        return {
+            ops[0]: body_function_name(self.calls[ops[0]][0], self.threads)
+            for ops in _op_groups(self)
+            if self.as_function(ops)
+        }
+
+    @cached_property
     def bodies(self) -> dict[str, tirx.PrimFunc]:
-        """The device-function bodies (:meth:`as_function`), by name (body_function.py)."""
+        """The device-function bodies, by name (body_function.py): one per distinct name."""
         funcs = {}
-        for ops in _op_groups(self):
-            if not self.as_function(ops):
-                continue
-            kernel = self.calls[ops[0]][0]
-            name = body_function_name(kernel, self.threads)
+        for op, name in self.body_names.items():
             if name not in funcs:
-                funcs[name] = make_body_function(kernel, self.threads, name)
+                funcs[name] = make_body_function(self.calls[op][0], self.threads, name)
         return funcs
 
     @cached_property
@@ -375,12 +381,6 @@ def _selected_pointer(code: CUDAProgramCode, ops: list[str], tensors: list, op_w
     return _helper(ty, "tvm_rtask_ptr", address, source=POINTER_SOURCE)
 
 
-def body_functions(code: CUDAProgramCode) -> dict[str, tirx.PrimFunc]:
-    """The device functions a dispatcher built with ``code.body_functions`` calls, by name
-    (computed once per program code)."""
-    return code.bodies
-
-
 def dynamic_shared_bytes(code: CUDAProgramCode) -> int:
     """Dynamic shared memory a dispatcher with body functions is launched with: the most any
     of its bodies allocates (measured as TVM compacts it), with room for alignment."""
@@ -449,7 +449,7 @@ def _body_call(
     """A call of the body function of ``ops`` with the operator's tensors' addresses, then a
     barrier (the next rTask's body reuses the shared memory)."""
     decls, operands = _operands(code, ops, buffers, op_word, offsets, arenas)
-    name = call_name(body_function_name(code.calls[ops[0]][0], code.threads))
+    name = call_name(code.body_names[ops[0]])
     args = [tirx.address_of(b) for b in operands]
     call = tirx.Evaluate(tirx.call_extern("int32", name, *args, rtask))
     return tirx.SeqStmt([*decls, call, _sync()])
@@ -512,7 +512,7 @@ def build_cuda_dispatcher(
 
     op_branches = []
     for ops in _op_groups(code):
-        kernel, names = code.calls[ops[0]]
+        kernel = code.calls[ops[0]][0]
         # the table words themselves, not the entry's bound copies: TVM's buffer compaction
         # sees through a bound variable to its value, so an index written with the variable
         # and a region written with the load would not cancel (local arrays indexed by the
@@ -523,12 +523,12 @@ def build_cuda_dispatcher(
         else:
             lo, hi = code.op_index[ops[0]], code.op_index[ops[-1]]
             selected = tirx.And(tirx.GE(a, _i32(lo)), tirx.LE(a, _i32(hi)))
-        if code.as_function(ops):
+        if code.as_function(ops):  # the body function guards its surplus threads itself
             body = _body_call(code, ops, buffers, a, rtask, offsets, arena_buffers)
         else:
             body = _inlined_body(code, ops, buffers, a, rtask, tx, offsets, arena_buffers)
-        if kernel.threads < code.threads and not code.as_function(ops):
-            body = guard_surplus_threads(body, tx, kernel.threads)
+            if kernel.threads < code.threads:
+                body = guard_surplus_threads(body, tx, kernel.threads)
         loop = tirx.For(run_index, _i32(0), c, tirx.ForKind.SERIAL, body)
         op_branches.append(tirx.IfThenElse(_invariant(selected), loop, None))
     run = tirx.SeqStmt([*op_branches, _sync()])

@@ -25,6 +25,7 @@ from tvm.ir.expr import Call
 from tvm.target import Target
 
 from ...errors import UnsupportedOperator
+from ...tir.analysis import allocated_buffers, buffer_bytes, buffer_elements
 from ...tir.common import gather_under_anchor, root_children
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -228,22 +229,12 @@ def shared_buffers(func: tirx.PrimFunc) -> dict[str, tuple[int, int]]:
     ]
     lowered = tvm.transform.Sequential(passes)(tvm.IRModule({"main": func}))["main"]
     found: dict[str, tuple[int, int]] = {}
-
-    def visit(node):
-        buffers = []
-        if isinstance(node, s_tir.SBlock):
-            buffers = list(node.alloc_buffers)
-        elif isinstance(node, tirx.AllocBuffer):
-            buffers = [node.buffer]
-        for buf in buffers:
-            if str(buf.scope()).startswith("shared"):
-                numel = 1
-                for d in buf.ty.shape:
-                    numel *= _int(d)
-                size = numel * max(tvm_ffi.dtype(str(buf.ty.dtype)).bits // 8, 1)
-                found[buf.name] = (numel, size)
-
-    tvm_ffi.structural_walk(lowered.body, visit)
+    for buf in allocated_buffers(lowered.body):
+        if str(buf.scope()).startswith("shared"):
+            numel = buffer_elements(buf)
+            if numel is None:
+                raise UnsupportedOperator(f"shared buffer {buf.name} has a symbolic shape")
+            found[buf.name] = (numel, buffer_bytes(buf))
     return found
 
 
