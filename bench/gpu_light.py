@@ -5,7 +5,9 @@ seeded random weights, batch 1): TVM's default build, TVM + CUDA graph, tvm-rtas
 ``sequential`` and ``wavefront`` (dependency counters, the CUDA default), ``wavefront``
 with step arrays (``rtask_wavefront_fine``), ``wavefront`` with every rKernel body inlined
 (``rtask_wavefront_inlined``: ``cuda_body_functions=False``, against the default's device
-functions) and ``wavefront`` under a CUDA graph. Every
+functions), ``wavefront`` with vEU ids claimed by SM (``rtask_wavefront_smid``:
+``cuda_veu_placement="smid"``, against ``blockIdx.x``) and ``wavefront`` under a CUDA graph.
+Every
 configuration is checked against TVM's default output before it is timed; times are
 medians of ``--repeat`` calls after warm-up, each call synchronised. One JSON line per
 configuration is appended to ``--out`` the moment it is known (compile time included), so
@@ -35,6 +37,7 @@ CONFIGS = (
     "rtask_wavefront",
     "rtask_wavefront_fine",
     "rtask_wavefront_inlined",
+    "rtask_wavefront_smid",
     "rtask_wavefront_cuda_graph",
 )
 
@@ -53,6 +56,8 @@ def _build(config: str, mod, target):
         return tvm_rtask.compile(mod, target, policy="wavefront", barrier="fine")
     if config == "rtask_wavefront_inlined":  # bodies inlined, not device functions
         return tvm_rtask.compile(mod, target, policy="wavefront", cuda_body_functions=False)
+    if config == "rtask_wavefront_smid":  # vEU v on SM v % SMs by a claim at kernel start
+        return tvm_rtask.compile(mod, target, policy="wavefront", cuda_veu_placement="smid")
     if config == "rtask_wavefront_cuda_graph":
         with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
             return tvm_rtask.compile(mod, target, policy="wavefront")

@@ -23,6 +23,9 @@ FUSIONS = ("fuseops", "stitch", "none")
 COST_MODELS = ("analytical", "measured")
 # CUDA: what a persistent kernel that spills registers does (None: "warn")
 SPILL_POLICIES = ("split", "replan", "warn", "error")
+# CUDA with dependency counters: how a block learns its vEU ("smid": claimed by the SM it runs
+# on, so vEU v is on SM v % SMs as the planner assumes; "block", the default: blockIdx.x)
+VEU_PLACEMENTS = ("smid", "block")
 # Options that travel outside PassContext config keys (a dict and an object).
 _NOT_CONFIG = ("policy_options", "cost")
 
@@ -51,6 +54,9 @@ class RTaskOptions:
     # CUDA: each distinct rKernel body a __device__ __noinline__ function with registers of
     # its own (None: on); False inlines every body into its persistent kernel
     cuda_body_functions: bool | None = None
+    # CUDA, counters: "smid" claims vEU ids by SM at kernel start (vEU v on SM v % SMs for
+    # sure), "block" (None: the default) takes blockIdx.x (the hardware's placement)
+    cuda_veu_placement: str | None = None
     max_ops_per_program: int | None = None  # rProgram cap (None: the backend's default)
     max_kernels_per_program: int | None = None  # distinct kernels (None: backend default)
     ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
@@ -76,6 +82,11 @@ class RTaskOptions:
             raise OptionError(f"barrier must be one of {BARRIERS}, not {self.barrier!r}")
         if self.spills is not None and self.spills not in SPILL_POLICIES:
             raise OptionError(f"spills must be one of {SPILL_POLICIES}, not {self.spills!r}")
+        if self.cuda_veu_placement is not None and self.cuda_veu_placement not in VEU_PLACEMENTS:
+            raise OptionError(
+                f"cuda_veu_placement must be one of {VEU_PLACEMENTS}, "
+                f"not {self.cuda_veu_placement!r}"
+            )
         if self.fusion not in FUSIONS:
             raise OptionError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
         for key in ("num_veu", "rtasks_per_veu"):

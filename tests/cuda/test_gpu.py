@@ -65,6 +65,33 @@ def test_inlined_bodies_match_tvm_default_cuda_build(name):
     _matches_tvm_default(model, random_inputs(model), name, cuda_body_functions=False)
 
 
+@pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
+def test_veu_ids_claimed_by_sm_match_tvm_default_cuda_build(name):
+    """``cuda_veu_placement="smid"``: every block claims its vEU from the SM it runs on
+    (backend/cuda/veu_claim.py), with fewer vEUs than the device keeps, so that some SMs
+    hold fewer blocks than others and the overflow path may run too."""
+    model = load_light_model(name)
+    inputs = random_inputs(model)
+    _matches_tvm_default(model, inputs, name, cuda_veu_placement="smid")
+    _matches_tvm_default(model, inputs, name, cuda_veu_placement="smid", num_veu=200)
+
+
+def test_veu_claim_replays_under_a_cuda_graph():
+    """The claim banks alternate with the epoch: a replayed graph claims afresh each time."""
+    dev = tvm.cuda(0)
+    model = load_light_model("squeezenet")
+    inputs = random_inputs(model)
+    plain = run_executable(tvm_rtask.compile(model, TARGET), inputs, dev)
+    with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+        ex = tvm_rtask.compile(model, TARGET, cuda_veu_placement="smid")
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(v, dev) for v in inputs.values()]
+    for _ in range(20):
+        out = [o.numpy() for o in vm["main"](*args)]
+    for a, b in zip(out, plain, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_thousand_replays_give_identical_results():
     dev = tvm.cuda(0)
     model = load_light_model("squeezenet")

@@ -33,6 +33,7 @@ _CUDA_ONLY = (
     "verify_occupancy",
     "cooperative_launch",
     "cuda_body_functions",
+    "cuda_veu_placement",
 )
 
 

@@ -78,6 +78,7 @@ class CUDAOptions:
     rules: bool  # tvm-rtask's CUDA schedule rules before dlight's (option cuda_rules)
     spills: str  # "split", "replan", "warn" or "error" (option spills)
     body_functions: bool  # rKernel bodies as device functions (option cuda_body_functions)
+    veu_placement: str  # "smid" or "block" (option cuda_veu_placement)
 
     @classmethod
     def parse(cls, options, target: Target) -> CUDAOptions:
@@ -94,6 +95,7 @@ class CUDAOptions:
             body_functions=(
                 True if options.cuda_body_functions is None else options.cuda_body_functions
             ),
+            veu_placement=options.cuda_veu_placement or "block",
         )
 
 
@@ -344,10 +346,12 @@ class CUDABackend(Backend):
             scripts = counter_scripts(program, plan.graph)
             check_counter_scripts(program, plan.graph, scripts)
             table, pairs = counter_table(program, plan.graph, op_index, scripts)
-            words = sync_words(program.num_veu, len(op_index))
+            claim = plan.vdevice.spec.num_sms if cuda.veu_placement == "smid" else 0
+            words = sync_words(program.num_veu, len(op_index), claim)
         else:
             table, pairs = program_table(program, op_index)
             words = sync_words(program.num_veu)
+            claim = 0
         arenas = plan_arenas(list(io.workspaces))
         packed = arena_of(arenas)
         loose = [t for t in io.workspaces if t.name not in packed]
@@ -369,6 +373,7 @@ class CUDABackend(Backend):
             sync=sync,
             body_of=body_of,
             body_functions=cuda.body_functions,
+            claim_sms=claim,
         )
         func = build_cuda_dispatcher(
             code,

@@ -46,6 +46,7 @@ from ...tir.common import tensor_buffer
 from .arena import Arena, arena_of
 from .body_function import DYNAMIC_SHARED_ATTR, body_function_name, call_name, make_body_function
 from .rkernel import CUDARKernel, guard_surplus_threads
+from .veu_claim import CLAIM_SOURCE, claim_words
 
 NOP, RUN, WAIT, SIGNAL, ARRIVE = 0, 1, 2, 3, 4
 # bytes of dynamic shared memory beyond the largest body's buffers: TVM aligns each buffer
@@ -74,7 +75,8 @@ __device__ __forceinline__ tvm_rtask_any_ptr tvm_rtask_ptr(unsigned long long a)
 }
 #endif
 """
-SYNC_SOURCE = r"""
+SYNC_SOURCE = (
+    r"""
 #ifndef TVM_RTASK_SYNC_DEFINED
 #define TVM_RTASK_SYNC_DEFINED
 __device__ __forceinline__ unsigned long long tvm_rtask_now_ns() {
@@ -96,6 +98,10 @@ __device__ __noinline__ int tvm_rtask_timeout(int* status, int kind, int waiter,
       printf("tvm_rtask: dependency timeout: vEU %d waited for operator %d of the rProgram "
              "to finish its %d rTasks (%d finished); aborting the kernel\n",
              waiter, waited, target, seen);
+    }
+    if (trap && kind == 3) {
+      printf("tvm_rtask: vEU claim timeout: block %d without a vEU of its SM waited for all "
+             "%d blocks to start (%d started); aborting the kernel\n", waiter, waited, seen);
     }
   }
   if (trap) __trap();
@@ -168,6 +174,9 @@ __device__ __noinline__ int tvm_rtask_finish(int* steps, int num_veu) {
   }
   return 0;
 }
+"""
+    + CLAIM_SOURCE
+    + r"""
 // Thread 0 of a vEU at the end: the last of num_veu advances the epoch (nothing is reset).
 __device__ __noinline__ int tvm_rtask_finish_epoch(int* finished, int* epoch_word, int num_veu,
                                                    int epoch) {
@@ -181,6 +190,7 @@ __device__ __noinline__ int tvm_rtask_finish_epoch(int* finished, int* epoch_wor
 }
 #endif
 """
+)
 
 
 @dataclass
@@ -198,6 +208,9 @@ class CUDAProgramCode:
     sync: str = "steps"  # "counters" or "steps": what WAIT pairs mean
     # op -> key of its rKernel body; operators with one key share one body (default: own)
     body_of: dict[str, str] = field(default_factory=dict)
+    # counters only: the vEU ids are claimed by SM at kernel start (vEU v on SM v % claim_sms,
+    # tvm_rtask_claim_veu); 0: vEU = blockIdx.x
+    claim_sms: int = 0
     # the other workspaces, packed into arenas (Relax allocates them after ``outputs``)
     arenas: list[Arena] = field(default_factory=list)
     # constant inputs (weights) packed into constant arenas, passed after ``inputs``
@@ -329,12 +342,13 @@ def counter_table(
     return _table(scripts, op_index, wait_pairs, arrival)
 
 
-def sync_words(num_veu: int, counters: int | None = None) -> np.ndarray:
+def sync_words(num_veu: int, counters: int | None = None, claim_sms: int = 0) -> np.ndarray:
     """Initial sync array: the steps (one per vEU) and a finish counter, or with ``counters``
-    one counter per operator, a finish counter and the epoch; then the status words."""
+    one counter per operator, a finish counter, the epoch and the vEU claim words
+    (``claim_sms``: SMs of the claim, 0 for none); then the status words."""
     if counters is None:
         return np.zeros(num_veu + 1 + STATUS_WORDS, "int32")
-    return np.zeros(counters + 2 + STATUS_WORDS, "int32")
+    return np.zeros(counters + 2 + claim_words(claim_sms) + STATUS_WORDS, "int32")
 
 
 def _i32(v: int):
@@ -485,13 +499,16 @@ def build_cuda_dispatcher(
     table = tirx.decl_buffer([num_veu, width, ENTRY_WORDS], "int32", "rtask_table")
     pairs = tirx.decl_buffer([code.pairs.shape[0], 2], "int32", "rtask_pairs")
     num_counters = len(code.op_index)
-    words = sync_words(num_veu, num_counters if counters else None).shape[0]
+    claim = code.claim_sms if counters else 0
+    words = sync_words(num_veu, num_counters if counters else None, claim).shape[0]
     sync = tirx.decl_buffer([words], "int32", "rtask_sync")
     status_word = words - STATUS_WORDS
     finish_word = num_counters if counters else num_veu
     # int32 throughout, as the ids of an ordinary kernel (64-bit index math costs the
     # rKernels 64-bit multiplies that TVM's kernels do not have)
-    bx = tirx.Var("veu", "int32")
+    block = tirx.Var("block", "int32")
+    # the vEU this block runs: claimed by SM at the start, or the block index itself
+    bx = _helper("int32", "tvm_rtask_claimed_veu") if claim else block
     tx = tirx.Var("tid", "int32")
     entry = tirx.Var("entry", "int32")
     run_index = tirx.Var("run", "int32")
@@ -611,6 +628,21 @@ def build_cuda_dispatcher(
     if counters:
         read_epoch = _helper("int32", "tvm_rtask_epoch", sync_ptr(_i32(finish_word + 1)))
         thread_body.insert(len(views), tirx.Bind(epoch, read_epoch))
+    if claim:
+        # the claim (side effects, once) and the read of its result are separate calls, so
+        # that no pass can duplicate the claim by substituting a bound value
+        claim_call = _device_call(
+            "tvm_rtask_claim_veu",
+            sync_ptr(_i32(finish_word + 2)),
+            _i32(num_veu),
+            _i32(claim),
+            epoch,
+            status,
+            timeout,
+            trap,
+        )
+        at = len(views) + 1
+        thread_body.insert(at, claim_call)
     threads = tirx.For(
         tx,
         _i32(0),
@@ -620,12 +652,12 @@ def build_cuda_dispatcher(
         thread_binding=tirx.IterVar(None, tx, 1, "threadIdx.x"),
     )
     grid = tirx.For(
-        bx,
+        block,
         _i32(0),
         _i32(num_veu),
         tirx.ForKind.THREAD_BINDING,
         threads,
-        thread_binding=tirx.IterVar(None, bx, 1, "blockIdx.x"),
+        thread_binding=tirx.IterVar(None, block, 1, "blockIdx.x"),
     )
     root = s_tir.SBlock([], [], [], "root", grid, alloc_buffers=shared_allocs)
     # call_tir order: inputs, then constant inputs (weight arenas and the four tables, the

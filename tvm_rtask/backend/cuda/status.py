@@ -3,8 +3,8 @@ exception.
 
 Every CUDA rProgram gets a constant int32 array of sync words (dependency counters or step
 counters, a finish counter, the epoch, then status words). A wait that times out sets
-``status[0]`` (1: a step-array wait, 2: a dependency-counter wait) and records who waited for
-what; the kernel drains instead of hanging. ``main`` ends with a call to
+``status[0]`` (1: a step-array wait, 2: a dependency-counter wait, 3: the vEU claim by SM)
+and records who waited for what; the kernel drains instead of hanging. ``main`` ends with a call to
 ``tvm_rtask.check_status`` on those arrays, registered here, which raises with the details.
 Importing ``tvm_rtask`` (or this module) in the process that runs the executable registers it.
 """
@@ -32,6 +32,14 @@ def check_status(*sync_arrays) -> None:
                 "The plan waits for a task that never runs, or not all vEUs were co-resident; "
                 "raise spin_timeout_ms if a task is just slow. The executable must be reloaded "
                 "before it is used again."
+            )
+        if status[0] == 3:
+            raise RuntimeError(
+                f"tvm_rtask: the vEU claim by SM timed out in persistent CUDA kernel {k}: block "
+                f"{status[1]} found no vEU left on its SM and waited for all {status[2]} blocks "
+                f"to start ({status[4]} started). Not all blocks were co-resident (another "
+                "kernel on the device?); cuda_veu_placement='block' takes no such wait. The "
+                "executable must be reloaded before it is used again."
             )
         if status[0] != 0:
             raise RuntimeError(
