@@ -87,3 +87,69 @@ def test_prefer_measured_beats_a_records_estimate():
     preferring = CalibratedCostModel(measured={"t@2": 4.0}, prefer_measured=True)
     assert preferring.rtask_us(o, k, vd) == 4.0
     assert CalibratedCostModel.from_dict(preferring.to_dict()).prefer_measured
+
+
+def test_an_rtask_gets_an_sm_of_its_own_while_fewer_run_than_there_are_sms():
+    from tvm_rtask.schedule.cost import veu_share
+
+    cost = AnalyticalCostModel(task_overhead_us=0.0)
+    full = VDevice.cuda(DEVICE_SPECS["h100"], 256, 32, num_veu=264)
+    o = op("a", ["x"], 1, flops=67e6, nbytes=0)
+    k = o.rkernels[0]
+    assert [veu_share(full, w) for w in (None, 1, 132, 200, 264, 1000)] == [
+        264, 132, 132, 200, 264, 264
+    ]  # fmt: skip
+    # 67e6 FLOP on one SM (1/132 of 67 TFLOP/s): 132 us; two blocks per SM: 264 us
+    assert cost.rtask_us_at(o, k, full, 1) == pytest.approx(132.0)
+    assert cost.rtask_us_at(o, k, full, 264) == pytest.approx(264.0)
+    assert cost.rtask_us_at(o, k, full, None) == cost.rtask_us(o, k, full)
+    # a kernel alone on the device runs as wide as it has rTasks
+    assert cost.kernel_us(o, k, full) == pytest.approx(132.0)
+    # a CPU vEU is one core whatever the width
+    cpu = VDevice.cpu(4)
+    assert cost.rtask_us_at(o, k, cpu, 1) == cost.rtask_us(o, k, cpu)
+
+
+def test_a_subclass_rtask_us_is_scaled_by_the_width_not_bypassed():
+    class Flat(AnalyticalCostModel):
+        def rtask_us(self, op, kernel, vdevice):
+            return 10.0
+
+    full = VDevice.cuda(DEVICE_SPECS["h100"], 256, 32, num_veu=264)
+    o = op("a", ["x"], 1)
+    assert Flat().rtask_us_at(o, o.rkernels[0], full, 1) == pytest.approx(5.0)
+    assert Flat().rtask_us_at(o, o.rkernels[0], full, None) == 10.0
+
+
+def test_measured_times_are_rescaled_from_the_width_they_were_taken_at():
+    from tvm_rtask.schedule import CalibratedCostModel, calibrate
+
+    full = VDevice.cuda(DEVICE_SPECS["h100"], 256, 32, num_veu=264)
+    o = op("a", ["x"], 4, flops=67e6, nbytes=0)
+    k = o.rkernels[0]
+    # timed stand-alone with 528 blocks side by side (4 per SM)
+    model = CalibratedCostModel(measured={k.name: 10.0}, measured_width={k.name: 528})
+    assert model.rtask_us(o, k, full) == pytest.approx(10.0 * 264 / 528)
+    assert model.rtask_us_at(o, k, full, 1) == pytest.approx(10.0 * 132 / 528)
+    again = CalibratedCostModel.from_dict(model.to_dict())
+    assert again.measured_width == {k.name: 528}
+    assert "measured_width" not in CalibratedCostModel().to_dict()
+    # samples that follow the roofline at the width they were taken at fit efficiency 1
+    ops = [op(f"o{i}", ["x"], 4, flops=67e6 * (i + 1), nbytes=0) for i in range(3)]
+    widths = {p.rkernels[0].name: w for p, w in zip(ops, (4, 132, 528), strict=True)}
+    samples = [
+        (p, p.rkernels[0], p.flops / 4 / (67e6 / max(132, widths[p.rkernels[0].name]))) for p in ops
+    ]
+    fitted = calibrate(samples, full, widths=widths)
+    assert fitted.factors["h100"][0] == pytest.approx(1.0, rel=1e-6)
+    assert fitted.measured_width == widths
+
+
+def test_veus_are_laid_out_sm_by_sm():
+    from tvm_rtask.errors import OptionError
+
+    vd = VDevice.cuda(DEVICE_SPECS["h100"], 256, 32, num_veu=264)
+    assert [vd.sm_of(v) for v in (0, 1, 131, 132, 263)] == [0, 1, 131, 0, 131]
+    assert VDevice.cpu(4).sm_of(3) == 3
+    with pytest.raises(OptionError, match="vEU 264 does not exist"):
+        vd.sm_of(264)

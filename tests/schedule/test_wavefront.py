@@ -1,8 +1,18 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from tests.core.graphs import chain, diamond, inception, op
-from tvm_rtask.core import OrdinaryCall, RGraph, RKernel, ROperator, RProgram, VDevice
+from tvm_rtask.core import (
+    DEVICE_SPECS,
+    OrdinaryCall,
+    RGraph,
+    RKernel,
+    ROperator,
+    RProgram,
+    VDevice,
+)
 from tvm_rtask.schedule import AnalyticalCostModel, make_plan, simulate_program
 from tvm_rtask.schedule.wavefront import WavefrontPolicy, _max_excluding_self, _WaveBuilder
 
@@ -62,9 +72,14 @@ def test_unsupported_op_closes_the_program():
     assert plan.steps[2].ops() == ["c"]
 
 
-def test_builder_time_equals_simulation():
+def _two_sm_gpu(num_veu: int) -> VDevice:
+    """An H100 with two SMs: a wave of fewer rTasks than vEUs runs at a width of its own."""
+    return VDevice.cuda(replace(DEVICE_SPECS["h100"], num_sms=2), 256, 32, num_veu=num_veu)
+
+
+@pytest.mark.parametrize("vd", [VDevice.cpu(5), _two_sm_gpu(5)], ids=["cpu", "gpu"])
+def test_builder_time_equals_simulation(vd):
     g = inception(rtasks=3)
-    vd = VDevice.cpu(5)
     b = _WaveBuilder(g, vd, COST, "p")
     pol = WavefrontPolicy()
     for w, wave in enumerate(g.waves()):
@@ -73,9 +88,10 @@ def test_builder_time_equals_simulation():
 
 
 @pytest.mark.parametrize("veus", [2, 5, 9])
-def test_builder_time_equals_simulation_with_counters(veus):
+@pytest.mark.parametrize("gpu", [False, True])
+def test_builder_time_equals_simulation_with_counters(veus, gpu):
     g = inception(rtasks=3)
-    vd = VDevice.cpu(veus)
+    vd = _two_sm_gpu(veus) if gpu else VDevice.cpu(veus)
     b = _WaveBuilder(g, vd, COST, "p", sync="counters")
     pol = WavefrontPolicy()
     for w, wave in enumerate(g.waves()):
@@ -209,3 +225,37 @@ def test_kernel_cap_counts_distinct_kernels_not_operators():
     assert capped.report()["rprograms"] == 5
     for program in capped.programs():
         assert len({capped.graph.op(n).func for n in program.ops()}) <= 8
+
+
+@pytest.mark.parametrize("sync", ["steps", "counters"])
+def test_each_operator_is_costed_at_its_waves_width_and_the_program_keeps_it(sync):
+    g = inception(rtasks=3)
+    vd = _two_sm_gpu(9)
+    b = _WaveBuilder(g, vd, COST, "p", sync=sync)
+    pol = WavefrontPolicy()
+    waves = g.waves()
+    for w, wave in enumerate(waves):
+        kernels = pol.select_rkernels(wave, g, vd, COST)
+        b.place(w, wave, kernels)
+        width = min(sum(k.num_rtasks for k in kernels.values()), 9)
+        assert all(b.program.widths[name] == width for name in wave)
+    token = b.checkpoint()
+    b.rollback(token)
+    again = RProgram.from_dict(b.program.to_dict(), clocks=sync == "steps")
+    assert again.widths == b.program.widths
+    timing = simulate_program(again, g, vd, COST, sync=sync)
+    assert timing.makespan_us == pytest.approx(b.makespan)
+    # without the widths, every rTask would be costed with all vEUs busy: slower here
+    again.widths = {}
+    assert simulate_program(again, g, vd, COST, sync=sync).makespan_us > b.makespan
+
+
+def test_a_rolled_back_operator_loses_its_width():
+    g = chain(3, rtasks=3)
+    b = _WaveBuilder(g, _two_sm_gpu(4), COST, "p", sync="counters")
+    b.place(0, ["op0"], {"op0": g.op("op0").rkernels[0]})
+    token = b.checkpoint()
+    b.place(1, ["op1"], {"op1": g.op("op1").rkernels[0]})
+    assert set(b.program.widths) == {"op0", "op1"}
+    b.rollback(token)
+    assert set(b.program.widths) == {"op0"} and b._wave_tasks == {0: 3}

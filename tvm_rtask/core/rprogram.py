@@ -104,6 +104,9 @@ class RProgram:
         # starts a new generation
         self._clock_cache: dict[int, tuple[Barrier, int, np.ndarray | None]] = {}
         self._generation = 0
+        # op -> rTasks the planner costed it as running side by side with (its wave's width:
+        # fewer than the vEUs spread over the SMs and share each less; schedule/cost.py)
+        self.widths: dict[str, int] = {}
 
     # -- building ----------------------------------------------------------------------
     def wait(self, task: RTask, deps: Iterable[RTask]) -> None:
@@ -290,6 +293,7 @@ class RProgram:
         del self._log[nlog:]
         for op in self._ops[nops:]:
             del self._kernels[op]
+            self.widths.pop(op, None)
         del self._ops[nops:]
         self._known = known
         self._pending = pending
@@ -679,6 +683,7 @@ class RProgram:
             "ops": ops,
             "kernels": list(kernels),
             "entries": entries,
+            **({"widths": dict(self.widths)} if self.widths else {}),
         }
 
     @classmethod
@@ -725,4 +730,5 @@ class RProgram:
                 p._push_task(e, v)
         if ops and set(ops) == set(p._ops):
             p._ops = list(ops)
+        p.widths = {op: int(w) for op, w in (d.get("widths") or {}).items()}
         return p

@@ -269,6 +269,16 @@ class VDevice:
         per_sm = capacity // spec.num_sms
         return cls(spec, num_veu, capacity, threads, per_sm)
 
+    def sm_of(self, veu: int) -> int:
+        """The SM (CPU: the core) vEU ``veu`` runs on: ``veu % SMs``. vEUs ``0..SMs-1`` are
+        one per SM and the next ``SMs`` a second block on each, so the lowest vEUs, which
+        policies fill first, spread over SMs. CUDA: the layout ``cuda_veu_placement="smid"``
+        establishes at kernel start, and the hardware's with ``"block"`` if it places
+        blocks round robin (``bench/gpu_sm_map.py`` measures it)."""
+        if not 0 <= veu < self.num_veu:
+            raise OptionError(f"vEU {veu} does not exist ({self.num_veu} vEUs)")
+        return veu % self.spec.num_sms
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec.to_dict(),

@@ -58,6 +58,12 @@ class Measurement:
     blocks: int = 0
     concurrent: int = 1
 
+    @property
+    def width(self) -> int:
+        """Blocks that ran side by side: the width the time was taken at
+        (``CalibratedCostModel.measured_width``)."""
+        return max(1, min(self.blocks or self.num_rtasks, self.concurrent))
+
 
 class RKernelProfiler:
     """Times rKernel PrimFuncs on ``target`` (llvm by default), with an on-disk cache."""
@@ -84,6 +90,7 @@ class RKernelProfiler:
         self.device = self.backend.device()
         self.measured = 0
         self.hits = 0
+        self.widths: dict[str, int] = {}  # rKernel -> Measurement.width, of every measure()
 
     def key(self, func, num_rtasks: int) -> str:
         """Structural hash of the PrimFunc + target + rTask count + host, as hex."""
@@ -121,7 +128,9 @@ class RKernelProfiler:
                 if d.get("key") == key:
                     self.hits += 1
                     fields = {f: d[f] for f in Measurement.__dataclass_fields__ if f in d}
-                    return Measurement(**{**fields, "kernel": name or d["kernel"], "cached": True})
+                    m = Measurement(**{**fields, "kernel": name or d["kernel"], "cached": True})
+                    self.widths[m.kernel] = m.width
+                    return m
             except (OSError, ValueError, TypeError):
                 pass  # a damaged entry is measured again
         total = self._time(func)
@@ -133,6 +142,7 @@ class RKernelProfiler:
         self.measured += 1
         if self.use_cache:
             self._store(path, m)
+        self.widths[m.kernel] = m.width
         return m
 
     def _time(self, func) -> float:
@@ -238,7 +248,7 @@ def measure_model(
     from .sync_bench import sync_benchmark
 
     measurements, samples = measure_rkernels(mod, rkernels_for, graph, vdevice, profiler)
-    model = calibrate(samples, vdevice)
+    model = calibrate(samples, vdevice, widths=profiler.widths)
     model.prefer_measured = True  # timed here and now: wins over tuning records' est_us
     cost = None
     if sync:
@@ -347,7 +357,7 @@ def measured_cost_model(
     device's efficiency factors fitted to them (for kernels it has not measured)."""
     profiler = profiler or RKernelProfiler(target, cache_dir=cache_dir)
     _, vdevice, samples = profile_module(mod, target, num_veu, rtasks_per_veu, profiler)
-    return calibrate(samples, vdevice)
+    return calibrate(samples, vdevice, widths=profiler.widths)
 
 
 def plan_measured(
@@ -362,7 +372,7 @@ def plan_measured(
     """Plan ``mod`` like ``tvm_rtask.plan`` but with the measured cost model."""
     profiler = RKernelProfiler(target, cache_dir=cache_dir)
     graph, vdevice, samples = profile_module(mod, target, num_veu, rtasks_per_veu, profiler)
-    cost = calibrate(samples, vdevice)
+    cost = calibrate(samples, vdevice, widths=profiler.widths)
     plan = make_plan(graph, vdevice, policy, cost=cost, **policy_options)
     plan.options = {**plan.options, "cost_model": "calibrated"}
     return plan

@@ -10,6 +10,11 @@ re-simulating the whole program for every placement. Two ways to add rTasks:
 * :meth:`ProgramBuilder.begin_stage` + :meth:`ProgramBuilder.replay`: put rTasks on given
   vEUs after a *global* barrier (every vEU that runs a task of the new stage first waits for
   all tasks of the previous stage), for IOS stages and the wavefront_global variant.
+
+An rTask is costed at its wave's width (``CostModel.rtask_us_at``): the rTasks of its wave
+placed in this program so far, those of the same call included, at most every vEU. The
+width is recorded per operator (``RProgram.widths``), so that ``simulate_program`` costs
+the program exactly as it was built.
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ class ProgramBuilder:
         self.frontier: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.log: list[Placed] = []
         self._offdiag = ~np.eye(n, dtype=bool)
-        self._durations: dict[tuple[str, str], float] = {}
+        self._durations: dict[tuple[str, str, int | None], float] = {}
+        self._wave_tasks: dict[int, int] = {}  # rTasks of each wave placed so far
         # the stage being filled: last order per vEU (-1: none) and its latest finish
         self._stage_last = np.full(n, -1, dtype=np.int64)
         self._stage_end = 0.0
@@ -90,11 +96,13 @@ class ProgramBuilder:
             self._gate,
             self._synced.copy(),
             list(self._known_ops),
+            dict(self._wave_tasks),
         )
 
     def rollback(self, token: tuple) -> None:
-        ptoken, free, ops, nlog, last, end, gate, synced, known_ops = token
+        ptoken, free, ops, nlog, last, end, gate, synced, known_ops, wave_tasks = token
         self._known_ops = known_ops
+        self._wave_tasks = wave_tasks
         for op in set(self._closed) - ops:
             del self._closed[op]
         self.program.rollback(ptoken)
@@ -106,12 +114,21 @@ class ProgramBuilder:
         del self.log[nlog:]
         self._stage_last, self._stage_end, self._gate, self._synced = last, end, gate, synced
 
-    def duration(self, name: str, kernel: RKernel) -> float:
-        key = (name, kernel.name)
+    def duration(self, name: str, kernel: RKernel, width: int | None = None) -> float:
+        """One rTask of ``name`` while ``width`` rTasks (None: every vEU) run side by side."""
+        key = (name, kernel.name, width)
         d = self._durations.get(key)
         if d is None:
-            d = self._durations[key] = self.cost.rtask_us(self.graph.op(name), kernel, self.vdevice)
+            op = self.graph.op(name)
+            d = self._durations[key] = self.cost.rtask_us_at(op, kernel, self.vdevice, width)
         return d
+
+    def _width(self, name: str, wave: int, width: int, tasks: int) -> int:
+        """Record ``name``'s width (``width`` rTasks of its wave, at most every vEU) and
+        count its ``tasks`` into the wave."""
+        w = self.program.widths[name] = max(1, min(width, self.n))
+        self._wave_tasks[wave] = self._wave_tasks.get(wave, 0) + tasks
+        return w
 
     def _deps(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         """Last order and finish per vEU over the predecessors placed in this program."""
@@ -127,17 +144,23 @@ class ProgramBuilder:
     # -- Rammer: SelectvEU, Wait, Append ----------------------------------------------------
     def place(self, wave: int, ops: list[str], kernels: dict[str, RKernel]) -> None:
         """Place the rTasks of ``ops`` in order, each on its earliest-available vEU."""
+        width = self._wave_tasks.get(wave, 0) + sum(kernels[n].num_rtasks for n in ops)
         for name in ops:
-            self.place_op(wave, name, kernels[name])
+            self.place_op(wave, name, kernels[name], width)
 
-    def place_op(self, wave: int, name: str, kernel: RKernel) -> None:
+    def place_op(self, wave: int, name: str, kernel: RKernel, width: int | None = None) -> None:
+        """Place one operator; ``width``: rTasks of its wave running side by side (None: those
+        placed so far and its own)."""
         if self._gate is not None:
             raise PlanError("place() after begin_stage(): a staged program takes replay() only")
+        if width is None:
+            width = self._wave_tasks.get(wave, 0) + kernel.num_rtasks
+        width = self._width(name, wave, width, kernel.num_rtasks)
         if self.counters:
-            self._place_op_counters(wave, name, kernel)
+            self._place_op_counters(wave, name, kernel, width)
             return
         n = self.n
-        dur = self.duration(name, kernel)
+        dur = self.duration(name, kernel, width)
         deps = self._deps(name)
         if deps is None:
             dep_order = None
@@ -209,12 +232,12 @@ class ProgramBuilder:
         for p in preds:
             self._known_ops[v] |= self._closed[p]
 
-    def _place_op_counters(self, wave: int, name: str, kernel: RKernel) -> None:
+    def _place_op_counters(self, wave: int, name: str, kernel: RKernel, width: int) -> None:
         """Rammer's placement with dependency counters: a vEU's first task of ``name`` waits
         (one counter wait, ``barrier_us``) for the predecessors it does not know complete;
         every task starts no earlier than its predecessors' last task."""
         n = self.n
-        dur = self.duration(name, kernel)
+        dur = self.duration(name, kernel, width)
         preds, own, ready = self._counter_deps(name)
         free = self.free
         if not preds:
@@ -270,8 +293,9 @@ class ProgramBuilder:
         or a stage estimate; one operator's rTasks consecutive). A vEU's first task of the
         stage passes the global barrier; an operator's first task on a vEU waits for the
         predecessor tasks its vEU does not know to be finished yet."""
+        widths = self._replay_widths(placed, wave_of)
         if self.counters:
-            self._replay_counters(placed, wave_of)
+            self._replay_counters(placed, wave_of, widths)
             return
         bar = self.barrier_us
         program, free, finish = self.program, self.free, self.finish
@@ -285,7 +309,7 @@ class ProgramBuilder:
                     self._end_op(op, my_order, my_finish)
                 op = p.op
                 deps = self._deps(op)
-                dur = self.duration(op, self.graph.op(op).kernel(p.kernel))
+                dur = self._replay_duration(op, p.kernel, wave_of[op], widths)
                 my_order = np.full(self.n, -1, dtype=np.int64)
                 my_finish = np.full(self.n, -np.inf)
             v = p.veu
@@ -312,7 +336,22 @@ class ProgramBuilder:
         if op is not None:
             self._end_op(op, my_order, my_finish)
 
-    def _replay_counters(self, placed: list[Placed], wave_of: dict[str, int]) -> None:
+    def _replay_widths(self, placed: list[Placed], wave_of: dict[str, int]) -> dict[int, int]:
+        """Per wave: its rTasks already in the program plus those ``placed`` brings."""
+        widths = {w: self._wave_tasks.get(w, 0) for w in {wave_of[p.op] for p in placed}}
+        for p in placed:
+            widths[wave_of[p.op]] += 1
+        return widths
+
+    def _replay_duration(self, op: str, kernel: str, wave: int, widths: dict[int, int]) -> float:
+        """Duration of one rTask of ``op`` replayed at its wave's width (recorded, counted)."""
+        rkernel = self.graph.op(op).kernel(kernel)
+        width = self._width(op, wave, widths[wave], rkernel.num_rtasks)
+        return self.duration(op, rkernel, width)
+
+    def _replay_counters(
+        self, placed: list[Placed], wave_of: dict[str, int], widths: dict[int, int]
+    ) -> None:
         """``replay`` with dependency counters: stages get no global barrier, a vEU's first
         task of an operator waits for the predecessors it does not know complete."""
         bar = self.barrier_us
@@ -327,7 +366,7 @@ class ProgramBuilder:
             name = run[0].op
             if name in self.frontier:
                 raise PlanError(f"replay: the rTasks of {name} must be consecutive")
-            dur = self.duration(name, self.graph.op(name).kernel(run[0].kernel))
+            dur = self._replay_duration(name, run[0].kernel, wave_of[name], widths)
             preds, own, ready = self._counter_deps(name)
             my_order = np.full(self.n, -1, dtype=np.int64)
             my_finish = np.full(self.n, -np.inf)

@@ -2,6 +2,12 @@
 
 Policies only ask these questions, so a measured model (TVM ``time_evaluator``, in
 ``runtime``) can replace the analytical one without touching any policy.
+
+Co-location: vEU ``v`` runs on SM ``v % SMs`` (``VDevice.sm_of``), and a policy hands an
+operator's rTasks to the lowest free vEUs first, so ``width`` rTasks side by side occupy
+``min(width, SMs)`` SMs: an rTask shares its SM only once the rTasks running with it
+outnumber the SMs. ``rtask_us_at`` is the time of one rTask at a given width (its wave's, as
+the builder records it in ``RProgram.widths``); ``rtask_us`` the time with every vEU busy.
 """
 
 from __future__ import annotations
@@ -18,13 +24,26 @@ from ..errors import PlanError
 
 
 class CostModel:
-    """Base class: subclasses implement ``rtask_us``; the rest derives from it."""
+    """Base class: subclasses implement ``rtask_us``; the rest derives from it (the time at
+    a width, ``rtask_us_at``, by the share of the device, unless a subclass says better)."""
 
     name = "base"
 
     def rtask_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
         """Time of ONE rTask of ``kernel`` running on one vEU while the others are busy."""
         raise NotImplementedError
+
+    def rtask_us_at(
+        self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None
+    ) -> float:
+        """Time of ONE rTask while ``width`` rTasks (None: every vEU) run side by side.
+
+        By default ``rtask_us`` scaled by the share of the device one rTask gets
+        (:func:`veu_share`): the same work, a larger slice of an SM when fewer run."""
+        t = self.rtask_us(op, kernel, vdevice)
+        if width is None:
+            return t
+        return t * veu_share(vdevice, width) / veu_share(vdevice)
 
     def launch_us(self, vdevice: VDevice) -> float:
         """Fixed cost of one kernel launch (one rProgram or one ordinary call)."""
@@ -35,9 +54,10 @@ class CostModel:
         return vdevice.spec.barrier_overhead_us
 
     def kernel_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
-        """The kernel alone on the device: its rTasks in rounds of ``num_veu``, no launch."""
+        """The kernel alone on the device: its rTasks in rounds of ``num_veu``, as many side
+        by side as it has (at most every vEU), no launch."""
         rounds = math.ceil(kernel.num_rtasks / vdevice.num_veu)
-        return self.rtask_us(op, kernel, vdevice) * rounds
+        return self.rtask_us_at(op, kernel, vdevice, kernel.num_rtasks) * rounds
 
     def work_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
         """vEU-time the kernel occupies: rTasks x time per rTask."""
@@ -70,12 +90,26 @@ def _kernels(op: ROperator) -> list[RKernel]:
     return op.rkernels
 
 
+def _overrides_rtask_us(model: CostModel, base: type) -> bool:
+    """A subclass that redefines ``rtask_us`` has its own model: ``rtask_us_at`` then scales
+    that (``CostModel.rtask_us_at``) instead of bypassing it."""
+    return type(model).rtask_us is not base.rtask_us
+
+
+def veu_share(vdevice: VDevice, width: int | None = None) -> int:
+    """Into how many parts the device's FLOP rate and bandwidth are cut while ``width``
+    rTasks (None: every vEU) run side by side: ``max(SMs, width)``. Up to one rTask per SM
+    each has an SM of its own (the vEU layout of ``VDevice.sm_of``); beyond, they share."""
+    busy = vdevice.num_veu if width is None else max(1, min(width, vdevice.num_veu))
+    return max(vdevice.spec.num_sms, min(busy, vdevice.capacity))
+
+
 class AnalyticalCostModel(CostModel):
     """Roofline per rTask: max(FLOPs / FLOP rate, bytes / bandwidth) + a fixed overhead.
 
-    A vEU gets the device's peak divided by ``max(units, active vEUs)``, where ``units`` is
-    the SM (or core) count: with fewer vEUs than SMs each block still has only one SM, and
-    with more they share SMs. ``kernel.est_us`` (a measurement) wins when it is set.
+    A vEU gets the device's peak divided by :func:`veu_share`: with fewer rTasks running
+    than SMs each block still has only one SM, and with more they share SMs.
+    ``kernel.est_us`` (a measurement, taken with every vEU busy) wins when it is set.
     """
 
     name = "analytical"
@@ -84,33 +118,52 @@ class AnalyticalCostModel(CostModel):
         self.task_overhead_us = task_overhead_us
 
     def rtask_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
+        return self._at(op, kernel, vdevice, None)
+
+    def rtask_us_at(
+        self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None
+    ) -> float:
+        if _overrides_rtask_us(self, AnalyticalCostModel):
+            return super().rtask_us_at(op, kernel, vdevice, width)
+        return self._at(op, kernel, vdevice, width)
+
+    def _at(self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None) -> float:
         if kernel.est_us is not None:
-            return float(kernel.est_us)
-        spec = vdevice.spec
-        share = max(spec.num_sms, min(vdevice.num_veu, vdevice.capacity))
-        flop_per_us = spec.peak_gflops * 1e3 / share
-        byte_per_us = spec.bandwidth_gbs * 1e3 / share
-        n = kernel.num_rtasks
-        return max(op.flops / n / flop_per_us, op.bytes / n / byte_per_us) + self.task_overhead_us
+            return float(kernel.est_us) * veu_share(vdevice, width) / veu_share(vdevice)
+        return max(roofline_us(op, kernel, vdevice, width)) + self.task_overhead_us
 
     def __repr__(self) -> str:
         return f"AnalyticalCostModel(task_overhead_us={self.task_overhead_us})"
 
 
-def roofline_us(op: ROperator, kernel: RKernel, vdevice: VDevice) -> tuple[float, float]:
-    """(compute time, memory time) of ONE rTask at the device's peak rates, no overhead."""
+def roofline_us(
+    op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None = None
+) -> tuple[float, float]:
+    """(compute time, memory time) of ONE rTask at the device's peak rates, no overhead,
+    while ``width`` rTasks (None: every vEU) run side by side."""
+    return _roofline(op, kernel, vdevice, veu_share(vdevice, width))
+
+
+def _roofline(op: ROperator, kernel: RKernel, vdevice: VDevice, share: int) -> tuple[float, float]:
     spec = vdevice.spec
-    share = max(spec.num_sms, min(vdevice.num_veu, vdevice.capacity))
     n = kernel.num_rtasks
     compute = op.flops / n / (spec.peak_gflops * 1e3 / share)
     memory = op.bytes / n / (spec.bandwidth_gbs * 1e3 / share)
     return compute, memory
 
 
+def _measured_share(vdevice: VDevice, width: int | None) -> int:
+    """The share of a measurement taken with ``width`` units busy on the device (None:
+    every vEU), not capped by the vDevice's vEUs: a stand-alone run has its own grid."""
+    return veu_share(vdevice) if width is None else max(vdevice.spec.num_sms, int(width))
+
+
 class CalibratedCostModel(CostModel):
     """The roofline of :class:`AnalyticalCostModel` corrected by measurements.
 
     * ``measured``: time of one rTask per rKernel name, where it was measured (wins);
+      ``measured_width``: how many blocks ran side by side in that measurement (absent: every
+      vEU), so that the time is rescaled to the width asked (:func:`veu_share`);
     * ``factors``: per device name, ``(compute_efficiency, memory_efficiency,
       task_overhead_us)``: the fraction of peak FLOP rate and bandwidth a real rTask reaches
       and its fixed cost, fitted by :func:`calibrate` from measurements of other kernels.
@@ -133,9 +186,11 @@ class CalibratedCostModel(CostModel):
         barrier_overhead_us: float | None = None,
         launch_overhead_us: float | None = None,
         prefer_measured: bool = False,
+        measured_width: dict[str, int] | None = None,
     ) -> None:
         self.factors = {k: tuple(map(float, v)) for k, v in (factors or {}).items()}
         self.measured = dict(measured or {})
+        self.measured_width = {k: int(v) for k, v in (measured_width or {}).items()}
         self.default_overhead_us = default_overhead_us
         self.barrier_overhead_us = barrier_overhead_us
         self.launch_overhead_us = launch_overhead_us
@@ -151,13 +206,24 @@ class CalibratedCostModel(CostModel):
                 )
 
     def rtask_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
+        return self._at(op, kernel, vdevice, None)
+
+    def rtask_us_at(
+        self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None
+    ) -> float:
+        if _overrides_rtask_us(self, CalibratedCostModel):
+            return super().rtask_us_at(op, kernel, vdevice, width)
+        return self._at(op, kernel, vdevice, width)
+
+    def _at(self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None) -> float:
         t = self.measured.get(kernel.name)
+        share = veu_share(vdevice, width)
         if kernel.est_us is not None and not (self.prefer_measured and t is not None):
-            return float(kernel.est_us)
+            return float(kernel.est_us) * share / veu_share(vdevice)
         if t is not None:
-            return t
+            return t * share / _measured_share(vdevice, self.measured_width.get(kernel.name))
         ce, me, ov = self.factors.get(vdevice.spec.name, (1.0, 1.0, self.default_overhead_us))
-        compute, memory = roofline_us(op, kernel, vdevice)
+        compute, memory = _roofline(op, kernel, vdevice, share)
         return max(compute / ce, memory / me) + ov
 
     def barrier_us(self, vdevice: VDevice) -> float:
@@ -182,6 +248,8 @@ class CalibratedCostModel(CostModel):
             d["launch_overhead_us"] = self.launch_overhead_us
         if self.prefer_measured:
             d["prefer_measured"] = True
+        if self.measured_width:
+            d["measured_width"] = dict(self.measured_width)
         return d
 
     @classmethod
@@ -193,6 +261,7 @@ class CalibratedCostModel(CostModel):
             d.get("barrier_overhead_us"),
             d.get("launch_overhead_us"),
             d.get("prefer_measured", False),
+            d.get("measured_width"),
         )
 
     def __repr__(self) -> str:
@@ -212,10 +281,13 @@ def calibrate(
     samples: list[tuple[ROperator, RKernel, float]],
     vdevice: VDevice,
     into: CalibratedCostModel | None = None,
+    widths: dict[str, int] | None = None,
 ) -> CalibratedCostModel:
     """Fit ``vdevice``'s efficiency factors to measured rTask times and keep the samples.
 
-    Each sample is (operator, rKernel, measured microseconds of ONE rTask). The model
+    Each sample is (operator, rKernel, measured microseconds of ONE rTask); ``widths``: per
+    rKernel name, how many blocks ran side by side when it was measured (kept as
+    ``measured_width``; the fit takes the roofline at that width; absent: every vEU). The model
     ``t = max(compute / ce, memory / me) + overhead`` is fitted by least squares: a sample
     counts as compute- or memory-bound by its larger term (first at peak rates, then with the
     fitted efficiencies, a few rounds), which makes ``t`` linear in ``1/ce``, ``1/me`` and
@@ -225,10 +297,18 @@ def calibrate(
     model = into or CalibratedCostModel()
     if not samples:
         return model
+    widths = widths or {}
     times = np.array([max(float(t), 0.0) for _, _, t in samples])
-    terms = np.array([roofline_us(op, k, vdevice) for op, k, _ in samples]).reshape(-1, 2)
+    terms = np.array(
+        [
+            _roofline(op, k, vdevice, _measured_share(vdevice, widths.get(k.name)))
+            for op, k, _ in samples
+        ]
+    ).reshape(-1, 2)
     for (_, kernel, _), t in zip(samples, times.tolist(), strict=True):
         model.measured[kernel.name] = t
+        if kernel.name in widths:
+            model.measured_width[kernel.name] = int(widths[kernel.name])
     inv = np.ones(2)  # 1 / efficiency for compute, memory
     overhead = float(times.min())
     for _ in range(4):

@@ -34,5 +34,6 @@ class SequentialPolicy(Policy):
             prog = RProgram(n, f"rprogram_{len(steps)}", clocks=self.sync == "steps")
             for r in range(kernel.num_rtasks):
                 prog.append(RTask(op.name, r, kernel.name, levels[op.name]), r % n)
+            prog.widths[op.name] = min(kernel.num_rtasks, n)  # alone on the device
             steps.append(prog)
         return steps

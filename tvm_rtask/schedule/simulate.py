@@ -207,7 +207,7 @@ def simulate_program(
             clock[v] = max(arrive, ready) + bar
             barrier_spans.append((v, arrive, clock[v]))
             continue
-        d = _duration(e, graph, vdevice, cost, durations)
+        d = _duration(e, graph, vdevice, cost, durations, program.widths)
         start = clock[v]
         clock[v] = start + d
         busy[v] += d
@@ -253,9 +253,8 @@ def _simulate_counters(
                 barrier_spans.append((v, arrive, clock[v]))
             elif isinstance(item, Run):
                 op = item.op
-                d = _duration(
-                    RTask(op, item.start, program.kernel_of(op)), graph, vdevice, cost, durations
-                )
+                task = RTask(op, item.start, program.kernel_of(op))
+                d = _duration(task, graph, vdevice, cost, durations, program.widths)
                 for r in item.ids():
                     start = clock[v]
                     clock[v] = start + d
@@ -293,12 +292,18 @@ def _timing(clock, busy, wait, spans, barrier_spans, bar: float, launch: float) 
 
 
 def _duration(
-    t: RTask, graph: RGraph, vdevice: VDevice, cost: CostModel, memo: dict[tuple[str, str], float]
+    t: RTask,
+    graph: RGraph,
+    vdevice: VDevice,
+    cost: CostModel,
+    memo: dict[tuple[str, str], float],
+    widths: dict[str, int],
 ) -> float:
+    """One rTask at the width its program recorded for the operator (none: every vEU)."""
     key = (t.op, t.kernel)
     if key not in memo:
         op = graph.op(t.op)
-        memo[key] = cost.rtask_us(op, op.kernel(t.kernel), vdevice)
+        memo[key] = cost.rtask_us_at(op, op.kernel(t.kernel), vdevice, widths.get(t.op))
     return memo[key]
 
 
