@@ -90,12 +90,6 @@ def _kernels(op: ROperator) -> list[RKernel]:
     return op.rkernels
 
 
-def _overrides_rtask_us(model: CostModel, base: type) -> bool:
-    """A subclass that redefines ``rtask_us`` has its own model: ``rtask_us_at`` then scales
-    that (``CostModel.rtask_us_at``) instead of bypassing it."""
-    return type(model).rtask_us is not base.rtask_us
-
-
 def veu_share(vdevice: VDevice, width: int | None = None) -> int:
     """Into how many parts the device's FLOP rate and bandwidth are cut while ``width``
     rTasks (None: every vEU) run side by side: ``max(SMs, width)``. Up to one rTask per SM
@@ -104,7 +98,26 @@ def veu_share(vdevice: VDevice, width: int | None = None) -> int:
     return max(vdevice.spec.num_sms, min(busy, vdevice.capacity))
 
 
-class AnalyticalCostModel(CostModel):
+class _WidthAwareModel(CostModel):
+    """A model that computes one rTask's time at any width itself (``_at``). A subclass
+    that redefines ``rtask_us`` has a model of its own: ``rtask_us_at`` then scales that
+    (``CostModel.rtask_us_at``) instead of bypassing it."""
+
+    def rtask_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
+        return self._at(op, kernel, vdevice, None)
+
+    def rtask_us_at(
+        self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None
+    ) -> float:
+        if type(self).rtask_us is not _WidthAwareModel.rtask_us:
+            return super().rtask_us_at(op, kernel, vdevice, width)
+        return self._at(op, kernel, vdevice, width)
+
+    def _at(self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None) -> float:
+        raise NotImplementedError
+
+
+class AnalyticalCostModel(_WidthAwareModel):
     """Roofline per rTask: max(FLOPs / FLOP rate, bytes / bandwidth) + a fixed overhead.
 
     A vEU gets the device's peak divided by :func:`veu_share`: with fewer rTasks running
@@ -116,16 +129,6 @@ class AnalyticalCostModel(CostModel):
 
     def __init__(self, task_overhead_us: float = 0.1) -> None:
         self.task_overhead_us = task_overhead_us
-
-    def rtask_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
-        return self._at(op, kernel, vdevice, None)
-
-    def rtask_us_at(
-        self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None
-    ) -> float:
-        if _overrides_rtask_us(self, AnalyticalCostModel):
-            return super().rtask_us_at(op, kernel, vdevice, width)
-        return self._at(op, kernel, vdevice, width)
 
     def _at(self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None) -> float:
         if kernel.est_us is not None:
@@ -158,7 +161,7 @@ def _measured_share(vdevice: VDevice, width: int | None) -> int:
     return veu_share(vdevice) if width is None else max(vdevice.spec.num_sms, int(width))
 
 
-class CalibratedCostModel(CostModel):
+class CalibratedCostModel(_WidthAwareModel):
     """The roofline of :class:`AnalyticalCostModel` corrected by measurements.
 
     * ``measured``: time of one rTask per rKernel name, where it was measured (wins);
@@ -204,16 +207,6 @@ class CalibratedCostModel(CostModel):
                     f"calibration for {dev!r}: efficiencies must be > 0 and overhead >= 0, "
                     f"got {(ce, me, ov)}"
                 )
-
-    def rtask_us(self, op: ROperator, kernel: RKernel, vdevice: VDevice) -> float:
-        return self._at(op, kernel, vdevice, None)
-
-    def rtask_us_at(
-        self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None
-    ) -> float:
-        if _overrides_rtask_us(self, CalibratedCostModel):
-            return super().rtask_us_at(op, kernel, vdevice, width)
-        return self._at(op, kernel, vdevice, width)
 
     def _at(self, op: ROperator, kernel: RKernel, vdevice: VDevice, width: int | None) -> float:
         t = self.measured.get(kernel.name)
