@@ -1,6 +1,7 @@
 """The stage estimate: water-filling equals the rTask-by-rTask greedy, replay never exceeds it."""
 
 import heapq
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -8,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.core.graphs import inception, layered_dags
-from tvm_rtask.core import VDevice
+from tvm_rtask.core import DEVICE_SPECS, VDevice
 from tvm_rtask.schedule import AnalyticalCostModel, ProgramBuilder, simulate_program
-from tvm_rtask.schedule.stage import distribute, stage_schedule
+from tvm_rtask.schedule.stage import depth_widths, distribute, stage_schedule
 
 COST = AnalyticalCostModel()
 
@@ -45,10 +46,18 @@ def test_distribute_zero_duration_and_ties():
     assert distribute(np.zeros(2), 0.5, 101).tolist() == [51, 50]
 
 
+def _device(veus: int) -> VDevice:
+    if veus < 30:
+        return VDevice.cpu(veus)
+    # two SMs: rTasks share an SM at the widths of the stage's depths (stage.depth_widths)
+    spec = DEVICE_SPECS["h100"] if veus == 30 else replace(DEVICE_SPECS["h100"], num_sms=2)
+    return VDevice.cuda(spec, 128, 64, num_veu=30 if veus == 30 else 12)
+
+
 @settings(max_examples=40, deadline=None)
-@given(layered_dags(max_layers=4, max_width=5), st.sampled_from([3, 30]))
+@given(layered_dags(max_layers=4, max_width=5), st.sampled_from([3, 30, 31]))
 def test_replayed_stage_never_exceeds_the_estimate(graph, veus):
-    vd = VDevice.cpu(veus) if veus < 30 else VDevice.cuda("h100", 128, 64, num_veu=veus)
+    vd = _device(veus)
     ops = [o.name for o in graph if o.supported]
     kernels = {n: COST.fastest(graph.op(n), vd) for n in ops}
     # the largest prefix whose predecessors are all supported
@@ -58,10 +67,20 @@ def test_replayed_stage_never_exceeds_the_estimate(graph, veus):
             inside.append(n)
     est = stage_schedule(inside, kernels, graph, vd, COST)
     b = ProgramBuilder(graph, vd, COST, "p")
-    b.replay(est.placed(kernels), dict.fromkeys(inside, 0))
+    b.replay(est.placed(kernels), _depths(inside, graph))  # one wave per depth, as ios does
+    widths = depth_widths(inside, kernels, graph, vd.num_veu)
+    assert all(b.program.widths[n] == widths[n] for n in inside)
     t = simulate_program(b.program, graph, vd, COST).makespan_us if inside else 0.0
     assert t <= est.makespan_us * (1 + 1e-9) + 1e-9
     assert b.makespan == pytest.approx(t)
+
+
+def _depths(ops: list[str], graph) -> dict[str, int]:
+    depth: dict[str, int] = {}
+    for op in ops:
+        ds = [depth[p] for p in graph.preds(op) if p in depth]
+        depth[op] = 1 + max(ds) if ds else 0
+    return depth
 
 
 def test_small_and_numpy_paths_agree():

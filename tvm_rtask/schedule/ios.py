@@ -69,7 +69,7 @@ class _Part:
         r: int,
         s: int,
         budget: int,
-        durations: dict[str, float],
+        durations: dict[tuple[str, int], float],
         latencies: dict[tuple[str, ...], float],
         merges: dict[str, tuple[str, float]] | None = None,
     ) -> None:
@@ -264,7 +264,7 @@ class IOSPolicy(Policy):
         """
         kernels = kernels or {n: cost.fastest(graph.op(n), vdevice) for n in names}
         self.merged_stages: list[list[str]] = []
-        durations: dict[str, float] = {}
+        durations: dict[tuple[str, int], float] = {}
         latencies: dict[tuple[str, ...], float] = {}
         out: list[list[str]] = []
         limit = size = self.options["part_size"]
@@ -292,7 +292,7 @@ class IOSPolicy(Policy):
         kernels: dict[str, RKernel],
         vdevice: VDevice,
         cost: CostModel,
-        durations: dict[str, float],
+        durations: dict[tuple[str, int], float],
         latencies: dict[tuple[str, ...], float],
         merges: dict[str, tuple[str, float]] | None = None,
     ) -> list[list[str]]:
@@ -358,7 +358,7 @@ class IOSPolicy(Policy):
     ) -> RProgram:
         kernels = {n: cost.fastest(graph.op(n), vdevice) for n in names}
         builder = ProgramBuilder(graph, vdevice, cost, name, self.sync)
-        durations: dict[str, float] = {}
+        durations: dict[tuple[str, int], float] = {}
         phase = 0
         for stage in self.schedule(names, graph, vdevice, cost, kernels):
             est = stage_schedule(stage, kernels, graph, vdevice, cost, durations)

@@ -100,7 +100,7 @@ def stage_schedule(
     graph: RGraph,
     vdevice: VDevice,
     cost: CostModel,
-    durations: dict[str, float] | None = None,
+    durations: dict | None = None,
 ) -> StagePlan:
     """Place ``ops`` (topologically ordered) one after the other on free vEUs; see module."""
     n = vdevice.num_veu
@@ -110,13 +110,14 @@ def stage_schedule(
     counts: dict[str, np.ndarray] = {}
     starts: dict[str, np.ndarray] = {}
     local: dict[str, float] = {}
+    widths = depth_widths(ops, kernels, graph, n)
     if n <= _SMALL:
-        return _stage_small(ops, kernels, graph, vdevice, cost, durations, bar)
+        return _stage_small(ops, kernels, graph, vdevice, cost, durations, bar, widths)
     free = np.zeros(n)
     finish: dict[str, np.ndarray] = {}
     used: dict[str, np.ndarray] = {}
     for name in ops:
-        d = _duration(name, kernels, graph, vdevice, cost, durations)
+        d = _duration(name, kernels, graph, vdevice, cost, durations, widths[name])
         local[name] = d
         preds = [p for p in graph.preds(name) if p in inside]
         if preds:
@@ -138,17 +139,36 @@ def stage_schedule(
 _SMALL = 24  # up to this many vEUs plain Python lists beat numpy's per-call overhead
 
 
+def depth_widths(
+    ops: list[str], kernels: dict[str, RKernel], graph: RGraph, num_veu: int
+) -> dict[str, int]:
+    """Each operator's width in the stage: the rTasks of the operators at its depth inside
+    the stage (at most every vEU), as ``ProgramBuilder.replay`` counts them when IOS puts
+    each depth of a stage in a wave of its own (``ios.py``)."""
+    inside = set(ops)
+    depth: dict[str, int] = {}
+    tasks: dict[int, int] = {}
+    for op in ops:  # topological: predecessors first
+        ds = [depth[p] for p in graph.preds(op) if p in inside]
+        depth[op] = d = 1 + max(ds) if ds else 0
+        tasks[d] = tasks.get(d, 0) + kernels[op].num_rtasks
+    return {op: max(1, min(tasks[depth[op]], num_veu)) for op in ops}
+
+
 def _duration(
     name: str,
     kernels: dict[str, RKernel],
     graph: RGraph,
     vdevice: VDevice,
     cost: CostModel,
-    durations: dict[str, float],
+    durations: dict,
+    width: int,
 ) -> float:
-    d = durations.get(name)
+    """One rTask of ``name`` at ``width`` (cached per operator and width)."""
+    key = (name, width)
+    d = durations.get(key)
     if d is None:
-        d = durations[name] = cost.rtask_us(graph.op(name), kernels[name], vdevice)
+        d = durations[key] = cost.rtask_us_at(graph.op(name), kernels[name], vdevice, width)
     return d
 
 
@@ -158,8 +178,9 @@ def _stage_small(
     graph: RGraph,
     vdevice: VDevice,
     cost: CostModel,
-    durations: dict[str, float],
+    durations: dict,
     bar: float,
+    widths: dict[str, int],
 ) -> StagePlan:
     """:func:`stage_schedule` with lists: the same rules, for few vEUs."""
     n = vdevice.num_veu
@@ -171,7 +192,7 @@ def _stage_small(
     local: dict[str, float] = {}
     finish: dict[str, list[float]] = {}
     for name in ops:
-        d = local[name] = _duration(name, kernels, graph, vdevice, cost, durations)
+        d = local[name] = _duration(name, kernels, graph, vdevice, cost, durations, widths[name])
         preds = [finish[p] for p in graph.preds(name) if p in inside]
         if preds:
             fin = [max(col) for col in zip(*preds, strict=True)] if len(preds) > 1 else preds[0]

@@ -52,7 +52,9 @@ def simulate_streams(graph: RGraph, vdevice: VDevice, cost: CostModel) -> Stream
         )
         if op.supported and op.rkernels:
             kernel = cost.fastest(op, vdevice)
-            d = cost.rtask_us(op, kernel, vdevice)
+            # at its own width, as an ordinary kernel (kernels of other streams beside it
+            # are not counted)
+            d = cost.rtask_us_at(op, kernel, vdevice, kernel.num_rtasks)
             first, last = float("inf"), ready
             for _ in range(kernel.num_rtasks):
                 t, v = heapq.heappop(free)
