@@ -120,6 +120,14 @@ def test_the_claiming_kernel_compiles_with_nvcc(tmp_path):
     assert "%smid" in (tmp_path / "claim.ptx").read_text()
 
 
+def test_kernels_that_do_not_claim_carry_no_claim_code():
+    mod, _ = _plan_and_lower(SharedKernels)
+    ex, _ = tvm_rtask.build(mod, "cuda")
+    source = tvm_rtask.cuda_source(ex)
+    assert "tvm_rtask_wait_count(" in source
+    assert "tvm_rtask_claim_veu" not in source and "tvm_rtask_veu_id" not in source
+
+
 def test_a_claim_timeout_raises_a_named_error():
     import numpy as np
     import tvm

@@ -75,8 +75,7 @@ __device__ __forceinline__ tvm_rtask_any_ptr tvm_rtask_ptr(unsigned long long a)
 }
 #endif
 """
-SYNC_SOURCE = (
-    r"""
+SYNC_SOURCE = r"""
 #ifndef TVM_RTASK_SYNC_DEFINED
 #define TVM_RTASK_SYNC_DEFINED
 __device__ __forceinline__ unsigned long long tvm_rtask_now_ns() {
@@ -126,11 +125,13 @@ __device__ __noinline__ int tvm_rtask_wait(int* step, int target, int* status,
     if (backoff < 1024) backoff <<= 1;
   }
 }
-// Any thread: wait until the counter reaches (epoch + 1) * count (acquire); unsigned
-// arithmetic, compared as a signed difference, so the counters may wrap around.
-__device__ __noinline__ int tvm_rtask_wait_count(int* counter, int count, int epoch,
-                                                 int* status, long long timeout_ns,
-                                                 int waiter, int op, int trap) {
+// Any thread: wait until an epoch-based counter reaches (epoch + 1) * count (acquire);
+// unsigned arithmetic, compared as a signed difference, so the counters may wrap around.
+// A timeout records status kind ``kind`` (waiter, waited, count, the count reached).
+__device__ __forceinline__ int tvm_rtask_wait_epoch(int* counter, int count, int epoch,
+                                                    int* status, long long timeout_ns,
+                                                    int kind, int waiter, int waited,
+                                                    int trap) {
   volatile unsigned int* vcounter = (volatile unsigned int*)counter;
   volatile int* vstatus = status;
   unsigned int target = ((unsigned int)epoch + 1u) * (unsigned int)count;
@@ -142,11 +143,17 @@ __device__ __noinline__ int tvm_rtask_wait_count(int* counter, int count, int ep
     if (vstatus[0] != 0) return 1;
     if ((long long)(tvm_rtask_now_ns() - start) > timeout_ns) {
       int done = (int)(seen - (unsigned int)epoch * (unsigned int)count);
-      return tvm_rtask_timeout(status, 2, waiter, op, count, done, trap);
+      return tvm_rtask_timeout(status, kind, waiter, waited, count, done, trap);
     }
     __nanosleep(backoff);
     if (backoff < 1024) backoff <<= 1;
   }
+}
+// Any thread: wait until operator op's counter reaches (epoch + 1) * count (status kind 2).
+__device__ __noinline__ int tvm_rtask_wait_count(int* counter, int count, int epoch,
+                                                 int* status, long long timeout_ns,
+                                                 int waiter, int op, int trap) {
+  return tvm_rtask_wait_epoch(counter, count, epoch, status, timeout_ns, 2, waiter, op, trap);
 }
 // Thread 0 of a vEU: publish step = value (release).
 __device__ __forceinline__ int tvm_rtask_signal(int* step, int value) {
@@ -174,9 +181,6 @@ __device__ __noinline__ int tvm_rtask_finish(int* steps, int num_veu) {
   }
   return 0;
 }
-"""
-    + CLAIM_SOURCE
-    + r"""
 // Thread 0 of a vEU at the end: the last of num_veu advances the epoch (nothing is reset).
 __device__ __noinline__ int tvm_rtask_finish_epoch(int* finished, int* epoch_word, int num_veu,
                                                    int epoch) {
@@ -190,7 +194,8 @@ __device__ __noinline__ int tvm_rtask_finish_epoch(int* finished, int* epoch_wor
 }
 #endif
 """
-)
+# The vEU claim by SM (veu_claim.py) only in kernels that claim: it uses the helpers above.
+CLAIM_HELPERS_SOURCE = SYNC_SOURCE + CLAIM_SOURCE
 
 
 @dataclass
@@ -508,7 +513,7 @@ def build_cuda_dispatcher(
     # rKernels 64-bit multiplies that TVM's kernels do not have)
     block = tirx.Var("block", "int32")
     # the vEU this block runs: claimed by SM at the start, or the block index itself
-    bx = _helper("int32", "tvm_rtask_claimed_veu") if claim else block
+    bx = _helper("int32", "tvm_rtask_claimed_veu", source=CLAIM_HELPERS_SOURCE) if claim else block
     tx = tirx.Var("tid", "int32")
     entry = tirx.Var("entry", "int32")
     run_index = tirx.Var("run", "int32")
@@ -631,15 +636,19 @@ def build_cuda_dispatcher(
     if claim:
         # the claim (side effects, once) and the read of its result are separate calls, so
         # that no pass can duplicate the claim by substituting a bound value
-        claim_call = _device_call(
-            "tvm_rtask_claim_veu",
-            sync_ptr(_i32(finish_word + 2)),
-            _i32(num_veu),
-            _i32(claim),
-            epoch,
-            status,
-            timeout,
-            trap,
+        claim_call = tirx.Evaluate(
+            _helper(
+                "int32",
+                "tvm_rtask_claim_veu",
+                sync_ptr(_i32(finish_word + 2)),
+                _i32(num_veu),
+                _i32(claim),
+                epoch,
+                status,
+                timeout,
+                trap,
+                source=CLAIM_HELPERS_SOURCE,
+            )
         )
         at = len(views) + 1
         thread_body.insert(at, claim_call)

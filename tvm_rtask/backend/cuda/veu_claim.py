@@ -15,8 +15,9 @@ run it yet). The wait is bounded (the spin timeout; status kind 3), and needs ev
 co-resident, which a persistent kernel needs anyway.
 
 Why it is not the default: a claimed id is a value loaded from memory, where ``blockIdx.x``
-is a special register that ptxas keeps in uniform registers and recomputes for free. The
-table addressing of every entry then costs ordinary registers: reduced SqueezeNet's
+is a special register that ptxas can read again at any time (and, we suppose, keeps in
+uniform registers). The table addressing of every entry then costs ordinary registers:
+reduced SqueezeNet's
 wavefront kernel (sm_90, ptxas -v, 80 registers) spills 264 bytes with the claim against 32
 with ``blockIdx.x``. Which costs more on a GPU, those spills or an unknown placement, is
 unmeasured (docs/gpu.md).
@@ -32,9 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# Device code, part of the dispatcher's SYNC_SOURCE (it uses tvm_rtask_now_ns and
-# tvm_rtask_timeout defined there).
+# Device code, emitted after the dispatcher's SYNC_SOURCE (it uses tvm_rtask_wait_epoch from
+# there) only in kernels that claim (dispatch.CLAIM_HELPERS_SOURCE).
 CLAIM_SOURCE = r"""
+#ifndef TVM_RTASK_CLAIM_DEFINED
+#define TVM_RTASK_CLAIM_DEFINED
 // vEU ids by SM: see tvm_rtask/backend/cuda/veu_claim.py (claim_veus is the same in Python).
 __shared__ int tvm_rtask_veu_id;
 __device__ __forceinline__ unsigned int tvm_rtask_smid() {
@@ -63,22 +66,9 @@ __device__ __noinline__ int tvm_rtask_claim_veu(int* words, int num_veu, int num
     atomicAdd(arrive, 1u);
     if (veu < 0) {
       unsigned int rank = atomicAdd(&bank[num_sms], 1u);
-      unsigned int target = ((unsigned int)epoch + 1u) * (unsigned int)num_veu;
-      volatile unsigned int* varrive = arrive;
-      volatile int* vstatus = status;
-      unsigned long long start = tvm_rtask_now_ns();
-      unsigned int backoff = 32;
-      while ((int)(*varrive - target) < 0 && vstatus[0] == 0) {
-        if ((long long)(tvm_rtask_now_ns() - start) > timeout_ns) {
-          tvm_rtask_timeout(status, 3, (int)blockIdx.x, num_veu,
-                            (int)(target - (unsigned int)epoch * (unsigned int)num_veu),
-                            (int)(*varrive - (unsigned int)epoch * (unsigned int)num_veu), trap);
-          break;
-        }
-        __nanosleep(backoff);
-        if (backoff < 1024) backoff <<= 1;
-      }
-      __threadfence();
+      // wait for every block's claim (status kind 3 on timeout)
+      tvm_rtask_wait_epoch(words, num_veu, epoch, status, timeout_ns, 3, (int)blockIdx.x,
+                           num_veu, trap);
       volatile unsigned int* vbank = bank;
       unsigned int unclaimed = 0;
       for (int v = 0; v < num_veu && veu < 0; ++v) {
@@ -98,6 +88,7 @@ __device__ __noinline__ int tvm_rtask_claim_veu(int* words, int num_veu, int num
 }
 // The vEU id this block claimed (every thread, after tvm_rtask_claim_veu).
 __device__ __forceinline__ int tvm_rtask_claimed_veu() { return tvm_rtask_veu_id; }
+#endif
 """
 
 
