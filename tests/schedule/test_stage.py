@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.core.graphs import inception, layered_dags
 from tvm_rtask.core import DEVICE_SPECS, VDevice
 from tvm_rtask.schedule import AnalyticalCostModel, ProgramBuilder, simulate_program
-from tvm_rtask.schedule.stage import depth_widths, distribute, stage_schedule
+from tvm_rtask.schedule.stage import depth_widths, distribute, stage_depths, stage_schedule
 
 COST = AnalyticalCostModel()
 
@@ -67,20 +67,12 @@ def test_replayed_stage_never_exceeds_the_estimate(graph, veus):
             inside.append(n)
     est = stage_schedule(inside, kernels, graph, vd, COST)
     b = ProgramBuilder(graph, vd, COST, "p")
-    b.replay(est.placed(kernels), _depths(inside, graph))  # one wave per depth, as ios does
+    b.replay(est.placed(kernels), stage_depths(inside, graph))  # one wave per depth, as ios does
     widths = depth_widths(inside, kernels, graph, vd.num_veu)
     assert all(b.program.widths[n] == widths[n] for n in inside)
     t = simulate_program(b.program, graph, vd, COST).makespan_us if inside else 0.0
     assert t <= est.makespan_us * (1 + 1e-9) + 1e-9
     assert b.makespan == pytest.approx(t)
-
-
-def _depths(ops: list[str], graph) -> dict[str, int]:
-    depth: dict[str, int] = {}
-    for op in ops:
-        ds = [depth[p] for p in graph.preds(op) if p in depth]
-        depth[op] = 1 + max(ds) if ds else 0
-    return depth
 
 
 def test_small_and_numpy_paths_agree():

@@ -49,7 +49,7 @@ from .builder import ProgramBuilder
 from .cost import CostModel
 from .limits import LIMIT_OPTIONS, ProgramLimit, check_limit_options
 from .policy import Policy
-from .stage import stage_schedule
+from .stage import stage_depths, stage_schedule
 
 
 class _OverBudget(Exception):
@@ -362,11 +362,7 @@ class IOSPolicy(Policy):
         phase = 0
         for stage in self.schedule(names, graph, vdevice, cost, kernels):
             est = stage_schedule(stage, kernels, graph, vdevice, cost, durations)
-            inside = set(stage)
-            depth: dict[str, int] = {}
-            for op in stage:  # placement order puts predecessors first
-                ds = [depth[p] for p in graph.preds(op) if p in inside]
-                depth[op] = 1 + max(ds) if ds else 0
+            depth = stage_depths(stage, graph)  # placement order puts predecessors first
             builder.begin_stage()
             builder.replay(est.placed(kernels), {op: phase + d for op, d in depth.items()})
             phase += 1 + max(depth.values())

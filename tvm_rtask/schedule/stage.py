@@ -139,18 +139,26 @@ def stage_schedule(
 _SMALL = 24  # up to this many vEUs plain Python lists beat numpy's per-call overhead
 
 
+def stage_depths(ops: list[str], graph: RGraph) -> dict[str, int]:
+    """Each operator's depth inside the stage ``ops`` (topologically ordered): 0 without a
+    predecessor in the stage, else one more than its deepest one. ``ios`` puts each depth
+    of a stage in a wave of its own."""
+    depth: dict[str, int] = {}
+    for op in ops:  # predecessors first
+        ds = [depth[p] for p in graph.preds(op) if p in depth]
+        depth[op] = 1 + max(ds) if ds else 0
+    return depth
+
+
 def depth_widths(
     ops: list[str], kernels: dict[str, RKernel], graph: RGraph, num_veu: int
 ) -> dict[str, int]:
     """Each operator's width in the stage: the rTasks of the operators at its depth inside
     the stage (at most every vEU), as ``ProgramBuilder.replay`` counts them when IOS puts
     each depth of a stage in a wave of its own (``ios.py``)."""
-    inside = set(ops)
-    depth: dict[str, int] = {}
+    depth = stage_depths(ops, graph)
     tasks: dict[int, int] = {}
-    for op in ops:  # topological: predecessors first
-        ds = [depth[p] for p in graph.preds(op) if p in inside]
-        depth[op] = d = 1 + max(ds) if ds else 0
+    for op, d in depth.items():
         tasks[d] = tasks.get(d, 0) + kernels[op].num_rtasks
     return {op: max(1, min(tasks[depth[op]], num_veu)) for op in ops}
 
