@@ -19,15 +19,22 @@
  * joined, not while other threads may still be running.
  *
  * These functions are called from TVM-generated code via T.call_extern, so their names and
- * signatures are part of the contract with tvm_rtask.tir.  No dependency on TVM headers.
+ * signatures are part of the contract with tvm_rtask.tir.  No dependency on TVM headers:
+ * tvm_rtask_cpu_ensure_workers finds the few tvm-ffi C functions it calls at run time
+ * (dlsym(RTLD_DEFAULT, ...)), through the mirrors of their C ABI declared below.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__GNUC__)
 #define RTASK_EXPORT __attribute__((visibility("default")))
@@ -151,6 +158,233 @@ RTASK_EXPORT int32_t tvm_rtask_cpu_wait(int32_t* step, int32_t target, int32_t* 
       }
     }
   }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The calling thread's TVM CPU thread pool (see tvm_rtask/backend/cpu/threads.py).
+ *
+ * TVM's pool is thread-local and its size is fixed when it is created, at the first
+ * parallel work in a thread, from the thread's "max concurrency" (TVM_NUM_THREADS, else
+ * hardware_concurrency()/2 on x86: 1 on a 2-core machine).  A fine-barrier dispatcher needs
+ * one worker per vEU: with fewer, TVM runs several vEUs one after another on one thread and a
+ * vEU waits for one that runs later on its own thread.  The dispatcher therefore calls
+ * tvm_rtask_cpu_ensure_workers(num_veu) before its parallel launch, in whatever thread calls
+ * the compiled function (a Python thread, a C++ deployment of an exported library).
+ *
+ * TVM is reached through its global functions "runtime.config_threadpool",
+ * "runtime.NumThreads" and "ffi.Array" (tvm-ffi C API: TVMFFIFunctionGetGlobal,
+ * TVMFFIFunctionCall, TVMFFIObjectDecRef, TVMFFIErrorMoveFromRaised), as
+ * tvm_rtask.runtime.set_num_threads does from Python.
+ * ------------------------------------------------------------------------------------- */
+
+/* Mirrors of tvm/ffi/c_api.h (tvm-ffi's stable C ABI): TVMFFIAny, TVMFFIByteArray. */
+typedef struct {
+  int32_t type_index;
+  uint32_t zero_padding;
+  union {
+    int64_t v_int64;
+    const char* v_c_str;
+    void* v_obj;
+  };
+} rtask_ffi_any;
+typedef struct {
+  const char* data;
+  size_t size;
+} rtask_ffi_bytes;
+enum {
+  kFFINone = 0,            /* kTVMFFINone */
+  kFFIInt = 1,             /* kTVMFFIInt */
+  kFFIRawStr = 8,          /* kTVMFFIRawStr: a '\0'-terminated char*, argument only */
+  kFFIObjectBegin = 64,    /* kTVMFFIStaticObjectBegin: reference-counted from here on */
+};
+_Static_assert(sizeof(rtask_ffi_any) == 16, "TVMFFIAny is 16 bytes");
+
+typedef int (*ffi_get_global_t)(const rtask_ffi_bytes* name, void** out);
+typedef int (*ffi_call_t)(void* func, rtask_ffi_any* args, int32_t num_args,
+                          rtask_ffi_any* result);
+typedef int (*ffi_dec_ref_t)(void* obj);
+typedef void (*ffi_move_error_t)(void** out);
+
+enum { kModeShareAllCores = -3 }; /* threading::ThreadGroup::kSpecifyThreadShareAllCore */
+
+static struct {
+  ffi_call_t call;
+  ffi_dec_ref_t dec_ref;
+  ffi_move_error_t move_error;
+  void* config_threadpool; /* owned references, kept for the process's lifetime */
+  void* num_threads;
+  void* make_array;
+  int ok;
+} g_tvm;
+static pthread_once_t g_tvm_once = PTHREAD_ONCE_INIT;
+
+/* The CPUs this process may use, read when the library is loaded (before TVM pins any
+ * thread), like threads.py's _CPUS. */
+static int* g_cpus = NULL;
+static int g_num_cpus = 0;
+
+/* Per thread: whether this thread's pool was sized by tvm-rtask (here or from Python). */
+static __thread int tls_pool_configured = 0;
+
+__attribute__((constructor)) static void read_cpus(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+    int count = CPU_COUNT(&set);
+    g_cpus = (int*)malloc(sizeof(int) * (size_t)count);
+    if (g_cpus != NULL) {
+      for (int cpu = 0; cpu < CPU_SETSIZE && g_num_cpus < count; ++cpu) {
+        if (CPU_ISSET(cpu, &set)) g_cpus[g_num_cpus++] = cpu;
+      }
+      return;
+    }
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  g_num_cpus = n > 0 ? (int)n : 1;
+  g_cpus = (int*)malloc(sizeof(int) * (size_t)g_num_cpus);
+  if (g_cpus == NULL) {
+    g_num_cpus = 0;
+    return;
+  }
+  for (int i = 0; i < g_num_cpus; ++i) g_cpus[i] = i;
+}
+
+static void* global_func(ffi_get_global_t get, const char* name) {
+  rtask_ffi_bytes bytes = {name, 0};
+  while (name[bytes.size] != '\0') ++bytes.size;
+  void* func = NULL;
+  if (get(&bytes, &func) != 0) {
+    void* err = NULL;
+    g_tvm.move_error(&err);
+    if (err != NULL) g_tvm.dec_ref(err);
+    return NULL;
+  }
+  return func;
+}
+
+static void find_tvm(void) {
+  ffi_get_global_t get = (ffi_get_global_t)dlsym(RTLD_DEFAULT, "TVMFFIFunctionGetGlobal");
+  g_tvm.call = (ffi_call_t)dlsym(RTLD_DEFAULT, "TVMFFIFunctionCall");
+  g_tvm.dec_ref = (ffi_dec_ref_t)dlsym(RTLD_DEFAULT, "TVMFFIObjectDecRef");
+  g_tvm.move_error = (ffi_move_error_t)dlsym(RTLD_DEFAULT, "TVMFFIErrorMoveFromRaised");
+  if (get == NULL || g_tvm.call == NULL || g_tvm.dec_ref == NULL || g_tvm.move_error == NULL) {
+    return;
+  }
+  g_tvm.config_threadpool = global_func(get, "runtime.config_threadpool");
+  g_tvm.num_threads = global_func(get, "runtime.NumThreads");
+  g_tvm.make_array = global_func(get, "ffi.Array");
+  g_tvm.ok = g_tvm.config_threadpool != NULL && g_tvm.num_threads != NULL &&
+             g_tvm.make_array != NULL && g_num_cpus > 0;
+}
+
+static void release(rtask_ffi_any* value) {
+  if (value->type_index >= kFFIObjectBegin && value->v_obj != NULL) g_tvm.dec_ref(value->v_obj);
+  value->type_index = kFFINone;
+}
+
+/* Call func(args); 0 on success (result owned by the caller, see release), else the raised
+ * error is cleared and -1 returned. */
+static int ffi_call(void* func, rtask_ffi_any* args, int32_t num_args, rtask_ffi_any* result) {
+  result->type_index = kFFINone;
+  result->zero_padding = 0;
+  result->v_int64 = 0;
+  if (g_tvm.call(func, args, num_args, result) == 0) return 0;
+  void* err = NULL;
+  g_tvm.move_error(&err);
+  if (err != NULL) g_tvm.dec_ref(err);
+  return -1;
+}
+
+/* runtime.NumThreads() of the calling thread (creates its pool if none exists), or -1. */
+static int32_t pool_threads(void) {
+  rtask_ffi_any result;
+  if (ffi_call(g_tvm.num_threads, NULL, 0, &result) != 0) return -1;
+  int32_t n = result.type_index == kFFIInt ? (int32_t)result.v_int64 : -1;
+  release(&result);
+  return n;
+}
+
+/* runtime.config_threadpool(-3, nthreads, [CPU ids as strings] of length
+ * max(nthreads, #cpus)), as threads.set_num_threads does.  0 on success, else -1. */
+static int config_pool(int32_t nthreads) {
+  int length = nthreads > g_num_cpus ? nthreads : g_num_cpus;
+  rtask_ffi_any* items = (rtask_ffi_any*)calloc((size_t)length, sizeof(rtask_ffi_any));
+  char(*ids)[16] = (char(*)[16])calloc((size_t)length, sizeof(*ids));
+  int rc = -1;
+  if (items != NULL && ids != NULL) {
+    for (int i = 0; i < length; ++i) {
+      snprintf(ids[i], sizeof(ids[i]), "%d", g_cpus[i % g_num_cpus]);
+      items[i].type_index = kFFIRawStr;
+      items[i].v_c_str = ids[i];
+    }
+    rtask_ffi_any cpus;
+    if (ffi_call(g_tvm.make_array, items, length, &cpus) == 0) {
+      rtask_ffi_any args[3] = {{.type_index = kFFIInt, .v_int64 = kModeShareAllCores},
+                               {.type_index = kFFIInt, .v_int64 = nthreads},
+                               cpus};
+      rtask_ffi_any result;
+      if (ffi_call(g_tvm.config_threadpool, args, 3, &result) == 0) {
+        rc = 0;
+        release(&result);
+      }
+      release(&cpus);
+    }
+  }
+  free(items);
+  free(ids);
+  return rc;
+}
+
+/* The worker count TVM uses in a thread nobody configured (threads._tvm_default_threads). */
+static int32_t tvm_default_threads(void) {
+  const char* vars[2] = {"TVM_NUM_THREADS", "OMP_NUM_THREADS"};
+  for (int i = 0; i < 2; ++i) {
+    const char* val = getenv(vars[i]);
+    if (val != NULL && val[0] != '\0') {
+      char* end = NULL;
+      long n = strtol(val, &end, 10);
+      if (end != val) return n > 1 ? (int32_t)n : 1;
+    }
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+#if defined(__x86_64__) || defined(__i386__)
+  n /= 2;
+#endif
+  return n > 1 ? (int32_t)n : 1;
+}
+
+/* Note that the calling thread's pool was sized by tvm-rtask (threads.set_num_threads and
+ * threads.num_threads call this), so that tvm_rtask_cpu_ensure_workers keeps its count. */
+RTASK_EXPORT void tvm_rtask_cpu_note_pool_configured(void) { tls_pool_configured = 1; }
+
+/* 1 when the calling thread's pool was sized by tvm-rtask, else 0. */
+RTASK_EXPORT int32_t tvm_rtask_cpu_pool_configured(void) { return tls_pool_configured; }
+
+/*
+ * Make the calling thread's TVM pool run at least num_veu workers.  Returns 0 when it does
+ * (or when TVM's C API cannot be found in the process: then nothing is changed and the
+ * bounded waits remain the guard), else the number of workers the pool runs (>= 1): the
+ * pool was created in this thread, before, with fewer workers and cannot grow.
+ *
+ * The first call in a thread sizes its pool as tvm_rtask.runtime.num_threads() does
+ * (TVM's default count, at least num_veu, with a CPU list long enough for the pool to grow
+ * to every CPU later), unless tvm-rtask already did in that thread.  After that a call costs
+ * one runtime.NumThreads(), and reconfigures the pool only if someone lowered it meanwhile.
+ */
+RTASK_EXPORT int32_t tvm_rtask_cpu_ensure_workers(int32_t num_veu) {
+  if (num_veu <= 1) return 0;
+  pthread_once(&g_tvm_once, find_tvm);
+  if (!g_tvm.ok) return 0;
+  if (!tls_pool_configured) {
+    int32_t n = tvm_default_threads();
+    config_pool(n > num_veu ? n : num_veu);
+    tls_pool_configured = 1;
+  }
+  int32_t got = pool_threads();
+  if (got >= num_veu || got < 0) return 0;
+  config_pool(num_veu);
+  got = pool_threads();
+  return got >= num_veu || got < 0 ? 0 : (got > 0 ? got : 1);
 }
 
 RTASK_EXPORT const char* tvm_rtask_runtime_version(void) { return TVM_RTASK_RUNTIME_VERSION; }

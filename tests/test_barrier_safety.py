@@ -96,13 +96,14 @@ def test_broken_plan_times_out_with_an_error_instead_of_hanging():
 
 
 def test_fewer_threads_than_veus_at_run_time_errors_instead_of_hanging():
-    """A thread whose TVM pool has one worker runs the vEU loop serially: must not hang."""
+    """A thread whose TVM pool was created with one worker (it cannot grow) would run the
+    vEU loop serially: the call must fail at once, naming the fix, not hang or time out."""
     ex = tvm_rtask.compile(load_light_model("squeezenet"), "llvm", num_veu=2, spin_timeout_ms=200)
     inputs = [tvm.runtime.tensor(np.ones((1, 3, 224, 224), "float32"))]
     outcome = {}
 
     def run():
-        tvm_rtask.runtime.set_num_threads(1)
+        tvm.get_global_func("runtime.config_threadpool")(-3, 1, ["0"])  # a 1-worker pool
         vm = relax.VirtualMachine(ex, tvm.cpu())
         try:
             vm["main"](*inputs)
@@ -114,7 +115,8 @@ def test_fewer_threads_than_veus_at_run_time_errors_instead_of_hanging():
     worker.start()
     worker.join(timeout=120)
     assert not worker.is_alive(), "the persistent kernel hung"
-    assert "barrier timed out" in outcome["result"]
+    assert "cannot grow" in outcome["result"]
+    assert "set_num_threads(2)" in outcome["result"]
 
 
 def test_plan_pass_and_json_round_trip(inception_plan):

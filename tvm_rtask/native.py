@@ -7,6 +7,13 @@ CPU step-array primitives that TVM-generated code calls with ``T.call_extern``:
 - ``int32_t tvm_rtask_cpu_wait(int32_t* step, int32_t target, int32_t* status,
   int64_t timeout_us, int32_t waiter_veu, int32_t target_veu)``
 - ``int32_t tvm_rtask_cpu_status_ok(int32_t* status)``
+- ``int32_t tvm_rtask_cpu_ensure_workers(int32_t num_veu)``: called by every CPU dispatcher
+  before its parallel launch; makes the calling thread's TVM thread pool run at least
+  ``num_veu`` workers (through TVM's global functions, found with ``dlsym``); 0 when it
+  does, else the worker count of a pool that cannot grow
+- ``void tvm_rtask_cpu_note_pool_configured(void)`` / ``int32_t
+  tvm_rtask_cpu_pool_configured(void)``: set / read the calling thread's "pool sized by
+  tvm-rtask" flag (:mod:`tvm_rtask.backend.cpu.threads`)
 - ``const char* tvm_rtask_runtime_version(void)``
 
 :func:`load` opens it once with ``RTLD_GLOBAL``, so that its symbols resolve for TVM's LLVM
@@ -155,6 +162,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.tvm_rtask_cpu_wait.restype = i32
     lib.tvm_rtask_cpu_status_ok.argtypes = [p32]
     lib.tvm_rtask_cpu_status_ok.restype = i32
+    lib.tvm_rtask_cpu_ensure_workers.argtypes = [i32]
+    lib.tvm_rtask_cpu_ensure_workers.restype = i32
+    lib.tvm_rtask_cpu_note_pool_configured.argtypes = []
+    lib.tvm_rtask_cpu_note_pool_configured.restype = None
+    lib.tvm_rtask_cpu_pool_configured.argtypes = []
+    lib.tvm_rtask_cpu_pool_configured.restype = i32
     lib.tvm_rtask_runtime_version.argtypes = []
     lib.tvm_rtask_runtime_version.restype = ctypes.c_char_p
 
@@ -162,8 +175,8 @@ def _declare(lib: ctypes.CDLL) -> None:
 def load() -> ctypes.CDLL:
     """Load the native library once (``RTLD_GLOBAL``) and return it.
 
-    The returned ``ctypes.CDLL`` has argument and result types declared for the four
-    exported functions, so it can be called directly from Python (tests, host checks).
+    The returned ``ctypes.CDLL`` has argument and result types declared for the exported
+    functions, so it can be called directly from Python (tests, host checks).
     """
     global _LIB
     if _LIB is not None:

@@ -11,6 +11,14 @@ its own list of rTask runs. Dependencies between vEUs use either
 
 A timed-out wait records the failure in a status array; after the launch the function asserts
 that the status is clean, so the Relax VM raises instead of hanging.
+
+Before its launch the function calls ``tvm_rtask_cpu_ensure_workers(num_veu)`` (native
+library): TVM's thread pool belongs to the calling thread, and a pool with fewer workers than
+vEUs would run waiting vEUs one after another on one thread. The call sizes the caller's pool
+(any thread, with or without Python); with fine barriers the function raises at once, naming
+the fix, when that pool was created earlier with too few workers and cannot grow. The step and
+status arrays are allocated per call (stack or TVM workspace of the calling thread), so
+concurrent calls from several threads share nothing but the constant parameters.
 """
 
 from __future__ import annotations
@@ -34,6 +42,16 @@ TIMEOUT_MESSAGE = (
     "the plan has vEUs: call tvm_rtask.runtime.set_num_threads(n) with n >= num_veu, or raise "
     "the bound with the option spin_timeout_ms."
 )
+
+
+def pool_message(num_veu: int) -> str:
+    """The one-line error of a call whose thread's TVM pool cannot run ``num_veu`` workers."""
+    return (
+        f"tvm_rtask: this thread's TVM CPU thread pool was created with fewer than {num_veu} "
+        f"worker threads (one per vEU of this persistent CPU kernel) and cannot grow: call "
+        f"tvm_rtask.runtime.set_num_threads({num_veu}) in this thread before any other parallel "
+        f"TVM work, or set TVM_NUM_THREADS>={num_veu} before the process starts."
+    )
 
 
 @dataclass
@@ -145,7 +163,14 @@ def build_cpu_dispatcher(
                 )
         return _seq(stmts) if stmts else None
 
+    ensure = tirx.call_extern("int32", "tvm_rtask_cpu_ensure_workers", _i32(code.num_veu))
     if barrier == "fine":
+        # a pool that cannot run every vEU on its own thread fails the call at once
+        pool_check = tirx.AssertStmt(
+            tirx.EQ(ensure, _i32(0)),
+            StringImm("RuntimeError"),
+            [StringImm(pool_message(code.num_veu))],
+        )
         reset = [tirx.BufferStore(step, _i32(0), [_i32(v)]) for v in range(code.num_veu)]
         reset += [tirx.BufferStore(status, _i32(0), [_i32(i)]) for i in range(STATUS_WORDS)]
         per_veu = [runs(script, v) for v, script in enumerate(code.scripts)]
@@ -157,6 +182,7 @@ def build_cpu_dispatcher(
             StringImm("RuntimeError"),
             [StringImm(TIMEOUT_MESSAGE)],
         )
+        pre = pool_check
         body = _seq([*reset, _veu_loop(code.num_veu, per_veu, "veu"), check])
         shared = [*(buffers[t.name] for t in code.workspaces), step, status]
     elif barrier == "global":
@@ -169,6 +195,8 @@ def build_cpu_dispatcher(
                 tirx.AttrStmt(_i32(0), "pragma_parallel_barrier_when_finish", _i32(1), loop)
             )
         body = tirx.AttrStmt(_i32(0), "pragma_parallel_launch_point", _i32(1), _seq(loops))
+        # waves joined by TVM's barrier are correct with any pool size: only sized here
+        pre = tirx.Evaluate(ensure)
         shared = [buffers[t.name] for t in code.workspaces]
     else:
         raise ValueError(f"barrier must be 'fine' or 'global', not {barrier!r}")
@@ -177,7 +205,8 @@ def build_cpu_dispatcher(
     # root-block allocations: PlanAndUpdateBufferAllocationLocation moves a block allocation
     # to the lowest common ancestor of its uses, which is the parallel vEU loop, and so would
     # silently give every vEU a private copy of the intermediates they exchange.
-    body = _seq([*(tirx.AllocBuffer(buf) for buf in shared), body])
+    # (the pool is checked first, so that a failing call allocates nothing)
+    body = _seq([pre, *(tirx.AllocBuffer(buf) for buf in shared), body])
     root = s_tir.SBlock([], [], [], "root", body)
     realize = s_tir.SBlockRealize([], True, root)
     params = [buffers[t.name] for t in code.params]

@@ -30,6 +30,16 @@ shipped in the wheel under ``tvm/src/runtime``, and checked by running code):
   iteration waits for one that runs later on its own thread, and only the bounded wait in
   ``tvm_rtask_cpu_wait`` keeps that from hanging.
 
+**Every thread that calls a compiled function** needs such a pool, not only the thread that
+compiled it: the dispatcher calls ``tvm_rtask_cpu_ensure_workers(num_veu)`` (native library,
+``src/step_array.c``) before its parallel launch, which does in C what this module does in
+Python.  The first call in a thread sizes the thread's pool as :func:`num_threads` would
+(TVM's default count, at least ``num_veu``), unless this module already did in that thread
+(a flag in the native library, per thread, shared with :func:`set_num_threads`); later calls
+read ``runtime.NumThreads()`` and raise the count back to ``num_veu`` if it was lowered.  A
+pool created earlier in the thread with fewer workers (TVM work before any tvm-rtask call,
+``TVM_NUM_THREADS`` too small) cannot grow: the call then raises at once, naming the fix.
+
 :func:`set_num_threads` therefore passes a CPU list of length ``max(n, #cpus)`` (all CPUs
 this process may use, repeated if needed) with mode -3 and ``nthreads = n``.  The first call
 in a thread thus creates a pool large enough to go back up to ``#cpus`` later, the max
@@ -42,7 +52,6 @@ from __future__ import annotations
 
 import os
 import platform
-import threading
 
 __all__ = ["num_threads", "set_num_threads"]
 
@@ -54,7 +63,6 @@ _CPUS: list[int] = (
     if hasattr(os, "sched_getaffinity")
     else list(range(os.cpu_count() or 1))
 )
-_local = threading.local()
 
 
 def _funcs():
@@ -64,6 +72,19 @@ def _funcs():
         tvm.get_global_func("runtime.config_threadpool"),
         tvm.get_global_func("runtime.NumThreads"),
     )
+
+
+def _configured() -> bool:
+    """Whether this thread's pool was sized by tvm-rtask (here or by a compiled function)."""
+    from ... import native
+
+    return bool(native.load().tvm_rtask_cpu_pool_configured())
+
+
+def _note_configured() -> None:
+    from ... import native
+
+    native.load().tvm_rtask_cpu_note_pool_configured()
 
 
 def _cpu_list(length: int) -> list[str]:
@@ -89,6 +110,9 @@ def set_num_threads(n: int) -> int:
     """Make TVM's CPU parallel launches in the calling thread use ``n`` worker threads
     (the calling thread included), and return ``n``.
 
+    A tvm-rtask CPU function with more vEUs than ``n`` raises the count to its vEU count
+    when it runs in this thread (the pool was made large enough for that here).
+
     Raises
     ------
     ValueError
@@ -104,7 +128,7 @@ def set_num_threads(n: int) -> int:
     config, current = _funcs()
     config(_MODE_SHARE_ALL_CORES, n, _cpu_list(max(n, len(_CPUS))))
     got = int(current())
-    _local.configured = True
+    _note_configured()
     if got != n:
         raise RuntimeError(
             f"tvm-rtask: TVM's thread pool in this thread was created with {got} worker "
@@ -123,10 +147,10 @@ def num_threads() -> int:
     ``set_num_threads`` can still raise it up to the number of CPUs.
     """
     config, current = _funcs()
-    if not getattr(_local, "configured", False):
+    if not _configured():
         n = _tvm_default_threads()
         config(_MODE_SHARE_ALL_CORES, n, _cpu_list(max(n, len(_CPUS))))
-        _local.configured = True
+        _note_configured()
     return int(current())
 
 
