@@ -17,6 +17,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from tvm_rtask import demo, progress  # noqa: E402
+from tvm_rtask.testing import peers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,9 @@ def test_readme_numbers_are_rendered_from_the_committed_results():
     found = demo.readme_numbers(readme)
     assert found is not None, "README.md has no generated numbers block"
     block, path = found
-    assert re.fullmatch(r"bench/results/\d{4}-\d\d-\d\d-cpu-demo(-[a-z0-9-]+)?\.json", path), path
+    assert re.fullmatch(
+        r"bench/results/\d{4}-\d\d-\d\d-cpu-(peers|demo)(-[a-z0-9-]+)?\.json", path
+    ), path
     assert (ROOT / path).is_file(), path
     assert block == demo.readme_block(ROOT / path, ROOT), (
         "README's numbers differ from what the committed results file gives: run "
@@ -63,57 +66,60 @@ def test_readme_numbers_are_rendered_from_the_committed_results():
     assert "## Numbers" in readme and "no GPU table" in readme
 
 
-def test_committed_results_have_every_configuration():
+def test_committed_results_time_every_runtime_in_its_own_process():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     _, path = demo.readme_numbers(readme)
     results = json.loads((ROOT / path).read_text(encoding="utf-8"))
-    assert list(results["configs"]) == [
-        "tvm_default",
-        demo.RULES_OFF,
-        "rtask_sequential",
-        "rtask_wavefront",
-        "onnxruntime",
-    ]
-    assert results["model"] == "inception_v1"
-    for config in results["configs"].values():
-        assert len(config["samples_ms"]) == results["repeat"]
-        assert config["median_ms"] == pytest.approx(float(np.median(config["samples_ms"])), 1e-3)
+    assert "inception_v1" in results["models"]
+    assert "its own process" in results["what"]
+    for entry in results["models"].values():
+        runtimes = entry["runtimes"]
+        for name in ("onnxruntime", "openvino", "tvm_default", "rtask_sequential"):
+            assert "median_ms" in runtimes[name], (name, runtimes[name])
+        assert "median_ms" in runtimes["rtask_wavefront"]
+        for record in peers.timed(runtimes).values():
+            assert len(record["samples_ms"]) == record["n"] >= peers.MIN_SAMPLES
+            assert record["median_ms"] == pytest.approx(np.median(record["samples_ms"]), 1e-3)
+            assert record["relative_error"] <= results["tolerance"]
 
 
-def _results(default, sequential, wavefront, ort=None, rules_off=None):
-    configs = {"tvm_default": {"median_ms": default}}
-    if rules_off is not None:
-        configs[demo.RULES_OFF] = {"median_ms": rules_off}
-    configs["rtask_sequential"] = {"median_ms": sequential}
-    configs["rtask_wavefront"] = {"median_ms": wavefront}
-    if ort is not None:
-        configs["onnxruntime"] = {"median_ms": ort}
-    for config in configs.values():
-        config["ratio"] = config["median_ms"] / default
-    return {"threads": 2, "configs": configs, "machine": {"arch": "x86_64"}}
+def _results(ms: dict, threads: int = 2) -> dict:
+    runtimes = {}
+    for name, value in ms.items():
+        if isinstance(value, str):
+            runtimes[name] = {"skipped": value} if value.startswith("no ") else {"error": value}
+        else:
+            runtimes[name] = {"median_ms": value, "p10_ms": value, "p90_ms": value, "n": 10}
+    return {"threads": threads, "models": {"m": {"runtimes": runtimes}}}
 
 
-def test_explanation_follows_the_numbers():
-    text = demo.explanation(_results(700.0, 252.0, 250.0, ort=10.0, rules_off=350.0))
-    assert "no schedule rules, tvm-rtask has ratio 0.50: every" in text
-    assert "split over the 2 worker threads" in text
-    assert "change the time by a factor 0.72" in text
-    assert "wavefront packing by 0.99 (not where the gain comes from)" in text
-    assert "SSE2), is 25x faster than the fastest tvm-rtask build" in text
-    text = demo.explanation(_results(700.0, 357.0, 200.0))
-    assert "(sequential), tvm-rtask has ratio 0.51: every" in text
-    assert "schedule rules" not in text and "ONNX Runtime" not in text
-    assert "wavefront packing changes the time by a factor 0.56." in text
-    text = demo.explanation(_results(1.0, 3.0, 2.0, ort=4.0))
-    assert "has ratio 3.00, although every" in text and "2.0x slower" in text
-    # every build compiled for the host CPU: the instruction set is not the difference
-    host = {**_results(700.0, 30.0, 25.0, ort=50.0), "target_label": "llvm, mcpu rocketlake"}
-    text = demo.explanation(host)
-    assert "SSE2" not in text and "2.0x slower than the fastest" in text
-    assert "compiled for this CPU (llvm, mcpu rocketlake)" in text
-    assert "every TVM and tvm-rtask build compiled for llvm, mcpu rocketlake" in demo._target_note(
-        host
+def test_sentences_follow_the_numbers():
+    """No fixed claim: whoever is faster, the text says so, and by how much."""
+    slow = _results(
+        {
+            "onnxruntime": 37.3,
+            "openvino": 27.2,
+            "tvm_default": 1281.0,
+            "rtask_sequential": 60.0,
+            "rtask_wavefront": 54.4,
+            "torch_eager": "no torch",
+        }
     )
+    text = peers.summary("m", slow["models"]["m"], 2)
+    assert "the fastest is OpenVINO (27.2 ms)" in text
+    assert "tvm-rtask's fastest build (wavefront, 54.4 ms) is 1.5x slower than ONNX Runtime" in text
+    assert "2.0x slower than OpenVINO (27.2 ms)" in text
+    assert "24x faster than TVM's default build (1281.0 ms" in text
+    assert "Wavefront packing is 1.1x faster than sequential" in text
+    assert "PyTorch eager: skipped (no torch)" in text
+    fast = _results({"onnxruntime": 40.0, "openvino": 41.0, "rtask_sequential": 20.0})
+    text = peers.summary("m", fast["models"]["m"], 2)
+    assert "the fastest is tvm-rtask sequential (20.0 ms)" in text
+    assert "2.0x faster than ONNX Runtime (40.0 ms) and 2.0x faster than OpenVINO" in text
+    even = _results({"onnxruntime": 10.0, "rtask_wavefront": 10.2, "openvino": "wrong result: x"})
+    text = peers.summary("m", even["models"]["m"], 2)
+    assert "as fast as (within 5%) ONNX Runtime" in text
+    assert "OpenVINO: not timed (wrong result: x)" in text
 
 
 # -- the demo itself -----------------------------------------------------------------------------
@@ -122,33 +128,38 @@ def test_demo_on_a_tiny_model(tmp_path, capsys):
     path = tmp_path / "tiny.onnx"
     onnx.save(tiny_model(), path)
     out_json = tmp_path / "results.json"
-    demo.main(["--model", str(path), "--repeat", "2", "--json", str(out_json)])
+    runtimes = ["onnxruntime", "tvm_default", "rtask_sequential", "rtask_wavefront", "openvino"]
+    demo.main(
+        ["--model", str(path), "--threads", "2", "--repeat", "2", "--warmup", "1"]
+        + ["--runtimes", *runtimes, "--json", str(out_json)]
+    )
     printed = capsys.readouterr().out
     results = json.loads(out_json.read_text(encoding="utf-8"))
-    rules = [demo.RULES_OFF] if demo._cpu_rules_on() else []
-    assert list(results["configs"]) == [
-        "tvm_default",
-        *rules,
-        "rtask_sequential",
-        "rtask_wavefront",
-        "onnxruntime",
-    ]
-    assert results["configs"]["onnxruntime"]["intra_op_num_threads"] == 2
+    records = results["models"][str(path)]["runtimes"]
+    assert list(records) == runtimes
     # every build, TVM's default included, for this machine's CPU, and the output says so
     from tvm_rtask.backend import as_target
 
     label = demo.target_label(as_target("llvm-native"))
-    assert results["target_label"] == label and f"target {label} for every build" in printed
-    assert results["configs"]["tvm_default"]["label"].endswith(f"{label})")
-    for name, config in results["configs"].items():
-        assert config["label"] in printed
-        assert f"(ratio {config['ratio']:.2f})" in printed
-        assert len(config["samples_ms"]) == 2
-        if name != "tvm_default":
-            assert config["relative_error"] < 1e-4
-    assert demo.explanation(results) in printed
-    table = demo.markdown(results, "results.json")
-    assert table.count("\n| ") == 1 + len(results["configs"])  # header and configurations
+    assert results["target_label"] == label and f"target {label} for every" in printed
+    assert results["threads"] == 2 and "plan of" in printed
+    for name, record in records.items():
+        if name == "openvino" and "skipped" in record:
+            assert record["skipped"] == "openvino not installed"
+            continue
+        assert "error" not in record, record
+        assert record["label"] in printed
+        assert record["n"] == len(record["samples_ms"]) == 2
+        assert record["relative_error"] <= peers.TOLERANCE
+        assert record["other_cores"] is not None
+    assert records["onnxruntime"]["settings"]["intra_op_num_threads"] == 2
+    assert records["onnxruntime"]["reference"] is True
+    for name in ("tvm_default", "rtask_sequential", "rtask_wavefront"):
+        assert records[name]["compile_s"] >= 0
+    assert peers.summary(str(path), results["models"][str(path)], 2) in printed
+    table = peers.markdown(results, "results.json")
+    # the latency table (header, a row per runtime), the build-time table (header, a model)
+    assert table.count("\n| ") == 1 + len(runtimes) + 2
 
 
 # -- progress ------------------------------------------------------------------------------------

@@ -1,0 +1,152 @@
+"""bench/cpu_peers.py and tvm_rtask/testing/peers.py: the parts that time nothing (statistics,
+the timing loop's bounds, contention, errors, records of failures and skips, the tables), and
+one worker on a tiny model in its own process."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tvm_rtask.testing import peers
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import cpu_peers  # noqa: E402
+
+
+def test_stats_are_median_p10_p90_and_n():
+    out = peers.stats([float(x) for x in range(1, 12)])
+    assert out["median_ms"] == 6.0 and out["n"] == 11
+    assert out["p10_ms"] == pytest.approx(2.0) and out["p90_ms"] == pytest.approx(10.0)
+    assert out["min_ms"] == 1.0 and out["mean_ms"] == 6.0
+
+
+def test_time_calls_warms_up_then_times_back_to_back():
+    calls = []
+    samples = peers.time_calls(lambda: calls.append(1), warmup=3, repeat=12)
+    assert len(calls) == 15 and len(samples) == 12 and all(s >= 0 for s in samples)
+
+
+def test_time_calls_stops_after_max_seconds_but_never_under_the_minimum():
+    import time
+
+    samples = peers.time_calls(lambda: time.sleep(0.002), 0, 1000, max_seconds=0.0)
+    assert len(samples) == peers.MIN_SAMPLES
+    assert len(peers.time_calls(lambda: None, 0, 4, max_seconds=0.0)) == 4  # repeat is less
+
+
+def test_relative_error():
+    a = [np.array([1.0, 2.0, 4.0], np.float32)]
+    assert peers.relative_error(a, a) == 0
+    assert peers.relative_error([a[0] + 0.04], a) == pytest.approx(0.01)
+    assert peers.relative_error([np.array([np.nan, 1, 1])], a) == float("inf")
+    assert peers.relative_error(a, a + a) == float("inf")  # output counts differ
+    assert peers.relative_error([a[0][:2]], a) == float("inf")  # shapes differ
+
+
+def test_contention_counts_other_processes_and_waiting_threads():
+    before = {"wall": 0.0, "busy": 10.0, "own": 1.0, "waited": 0.0}
+    after = {"wall": 2.0, "busy": 14.0, "own": 3.0, "waited": 0.5}
+    assert peers.contention(before, after) == {"other_cores": 1.0, "wait_threads": 0.25}
+    assert peers.contention(None, after)["other_cores"] is None
+    sample = peers.cpu_sample()
+    if sample is not None:  # Linux
+        assert peers.contention(sample, peers.cpu_sample())["other_cores"] >= 0
+
+
+def test_worker_env_sizes_every_pool():
+    env = peers.worker_env(3)
+    assert env["TVM_NUM_THREADS"] == env["OMP_NUM_THREADS"] == "3"
+
+
+def test_arguments_and_default_path():
+    args = cpu_peers.parse_args([])
+    assert args.threads == peers.default_threads() and args.models == peers.DEFAULT_MODELS
+    assert args.runtimes == peers.DEFAULT_RUNTIMES and args.repeat >= peers.MIN_SAMPLES
+    smoke = cpu_peers.parse_args(["--smoke", "--threads", "1", "--models", "squeezenet"])
+    assert smoke.repeat == cpu_peers.SMOKE["repeat"] and smoke.threads == 1
+    path = cpu_peers.default_path(1, True, "2026-01-02")
+    assert path == ROOT / "bench" / "results" / "2026-01-02-cpu-peers-1t-smoke.json"
+    with pytest.raises(SystemExit):
+        cpu_peers.parse_args(["--threads", "0"])
+
+
+def _spec(tmp_path, runtime, model="m.onnx"):
+    return {
+        "runtime": runtime,
+        "model": model,
+        "threads": 1,
+        "warmup": 1,
+        "repeat": 2,
+        "reference": str(tmp_path / "ref.npz"),
+        "write_reference": runtime in peers.REFERENCES,
+    }
+
+
+def test_a_failing_worker_is_an_error_record(tmp_path):
+    record = peers.run_one(_spec(tmp_path, "onnxruntime", str(tmp_path / "missing.onnx")))
+    assert record["runtime"] == "onnxruntime" and "error" in record
+    assert "median_ms" not in record
+
+
+def test_a_wrong_result_is_recorded_not_timed(tmp_path):
+    pytest.importorskip("onnxruntime")
+    import onnx
+
+    from tests.test_demo import tiny_model
+
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), path)
+    spec = _spec(tmp_path, "onnxruntime", str(path))
+    np.savez(spec["reference"], np.zeros((1, 32), np.float32) + 1)  # not what it computes
+    record = peers.run_worker({**spec, "write_reference": False})
+    assert record["error"].startswith("wrong result") and record["relative_error"] > 1
+    assert "median_ms" not in record and "samples_ms" not in record
+    (tmp_path / "ref.npz").unlink()
+    record = peers.run_one(spec)  # in its own process: writes the reference, then times
+    assert record["reference"] is True and record["relative_error"] == 0
+    assert record["n"] == 2 and record["settings"]["intra_op_num_threads"] == 1
+
+
+def test_markdown_renders_every_kind_of_record():
+    def ok(ms):
+        return {"median_ms": ms, "p10_ms": ms - 1, "p90_ms": ms + 1, "n": 10, "compile_s": 2.0}
+
+    results = {
+        "command": "python bench/cpu_peers.py",
+        "date": "2026-01-02T03:04:05",
+        "threads": 2,
+        "cpu": "Some CPU",
+        "cores": 2,
+        "warmup": 5,
+        "weights": "seeded random",
+        "tolerance": 1e-3,
+        "target": "llvm-native",
+        "target_label": "llvm, mcpu rocketlake",
+        "models": {
+            "m": {
+                "runtimes": {
+                    "onnxruntime": {**ok(20.0), "setup_s": 0.1},
+                    "openvino": {"error": "wrong result: relative error 0.1"},
+                    "rtask_wavefront": ok(40.0),
+                    "torch_eager": {"skipped": "no torch"},
+                }
+            }
+        },
+    }
+    text = peers.markdown(results, "bench/results/x.json")
+    assert "| ONNX Runtime (CPUExecutionProvider) | 20.0 (19.0-21.0), 1.00 |" in text
+    assert "| tvm-rtask wavefront | 40.0 (39.0-41.0), 2.00 |" in text
+    assert "| OpenVINO (CPU, LATENCY hint) | wrong result |" in text
+    assert "| PyTorch eager (onnx2torch) | skipped: no torch |" in text
+    assert "`llvm-native` (llvm, mcpu rocketlake)" in text and "of 10 back-to-back" in text
+    assert "is 2.0x slower than ONNX Runtime (20.0 ms)" in text
+    assert "Smoke run" not in text and "Note:" not in text
+    results["smoke"] = "a check"
+    results["models"]["m"]["runtimes"]["onnxruntime"]["other_cores"] = 1.5
+    text = peers.markdown(results, "x.json")
+    assert text.startswith("**Smoke run, not a measurement**") and "Note: other processes" in text
+    json.dumps(results)  # plain data

@@ -1,0 +1,808 @@
+"""CPU latency of tvm-rtask and its peers, each runtime at its best, each in its own process.
+
+What ``bench/cpu_peers.py`` and the demo (``python -m tvm_rtask.demo``) measure, and how the
+README's "Numbers" table is rendered from the results.
+
+Method (what a user measures): for every model and runtime, one fresh subprocess
+(``python -m tvm_rtask.testing.peers --worker SPEC``), so that no other runtime's threads are
+alive in the process. Every runtime gets the same number of threads. The worker loads the
+model (seeded weights: every process builds the same one), builds the runtime (compile time
+recorded), checks its outputs against ONNX Runtime's (relative error; a wrong result is
+recorded and not timed), warms up, then times ``repeat`` calls back to back (at least
+:data:`MIN_SAMPLES`; fewer than ``repeat`` only once ``max_seconds`` have passed) and
+reports the median, p10, p90 and N. While it times, it records how busy the machine was
+with other work (:func:`cpu_sample`).
+
+Runtimes (:data:`RUNTIMES`): ONNX Runtime (CPUExecutionProvider with its latency settings;
+the reference, run first), TVM's default build (``tvm.compile``), tvm-rtask sequential and
+wavefront (``tvm_rtask.compile``), OpenVINO (``PERFORMANCE_HINT: LATENCY``, f32), PyTorch
+eager through onnx2torch (only where both are installed; otherwise a ``skipped`` record).
+Every TVM and tvm-rtask build is compiled for the same target, by default ``llvm-native``
+(LLVM for this machine's CPU; plain ``llvm`` is portable SSE2 code, several times slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+# name -> label; the running order (ONNX Runtime first: it writes the reference outputs).
+RUNTIMES = {
+    "onnxruntime": "ONNX Runtime (CPUExecutionProvider)",
+    "openvino": "OpenVINO (CPU, LATENCY hint)",
+    "tvm_default": "TVM default build (`tvm.compile`)",
+    "rtask_sequential": "tvm-rtask sequential",
+    "rtask_wavefront": "tvm-rtask wavefront",
+    "torch_eager": "PyTorch eager (onnx2torch)",
+}
+# tvm-rtask sequential with the CPU backend's schedule rules off (only the threads): opt-in.
+RULES_OFF = "rtask_sequential_rules_off"
+OPTIONAL = {RULES_OFF: "tvm-rtask sequential, CPU rules off"}
+DEFAULT_RUNTIMES = list(RUNTIMES)
+REFERENCES = ("onnxruntime", "tvm_default")  # the first that runs writes the reference
+RTASK = {"rtask_sequential": "sequential", "rtask_wavefront": "wavefront", RULES_OFF: "sequential"}
+TVM_BUILDS = ("tvm_default", *RTASK)
+DEFAULT_MODELS = ["inception_v1", "squeezenet"]
+DEFAULT_TARGET = "llvm-native"
+# Against ONNX Runtime: other kernels, other summation orders, fused BatchNorm, ...
+TOLERANCE = 1e-3
+MIN_SAMPLES = 10
+# Other work on the machine while timing, in cores, above which the results carry a warning.
+BUSY_CORES = 0.2
+WORKER_TIMEOUT_S = 1800
+
+
+def label(name: str) -> str:
+    return RUNTIMES.get(name) or OPTIONAL.get(name) or name
+
+
+def default_threads() -> int:
+    """Every core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# -- statistics and the machine ----------------------------------------------------------------
+def stats(samples_ms: list[float]) -> dict:
+    """Median, p10, p90, min, mean and N of latencies in milliseconds."""
+    p10, p50, p90 = np.percentile(samples_ms, [10, 50, 90])
+    return {
+        "median_ms": round(float(p50), 4),
+        "p10_ms": round(float(p10), 4),
+        "p90_ms": round(float(p90), 4),
+        "min_ms": round(float(np.min(samples_ms)), 4),
+        "mean_ms": round(float(np.mean(samples_ms)), 4),
+        "n": len(samples_ms),
+    }
+
+
+def time_calls(
+    fn, warmup: int, repeat: int, max_seconds: float | None = None, min_samples: int = MIN_SAMPLES
+) -> list[float]:
+    """``warmup`` calls, then back-to-back timed calls: ``repeat`` of them, or fewer (never
+    fewer than ``min_samples``) once ``max_seconds`` of timing have passed. Milliseconds."""
+    for _ in range(warmup):
+        fn()
+    samples: list[float] = []
+    begin = time.perf_counter()
+    while len(samples) < max(repeat, 1):
+        start = time.perf_counter()
+        fn()
+        end = time.perf_counter()
+        samples.append((end - start) * 1e3)
+        if max_seconds is not None and len(samples) >= min_samples and end - begin > max_seconds:
+            break
+    return samples
+
+
+def relative_error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
+    """max over outputs of max|a - e| / max|e|; inf when counts or shapes differ or a value
+    is not finite."""
+    if len(actual) != len(expected):
+        return float("inf")
+    worst = 0.0
+    for a, e in zip(actual, expected, strict=True):
+        a, e = np.asarray(a), np.asarray(e)
+        if a.shape != e.shape or not np.isfinite(a).all():
+            return float("inf")
+        if not e.size:
+            continue
+        scale = float(np.max(np.abs(e)))
+        diff = float(np.max(np.abs(a.astype(np.float64) - e)))
+        worst = max(worst, diff / scale if scale else diff)
+    return worst
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def cpu_sample() -> dict | None:
+    """A snapshot for :func:`contention`: the machine's busy CPU seconds (``/proc/stat``),
+    this process's CPU seconds and its threads' seconds spent runnable but waiting for a CPU
+    (``/proc/self/task/*/schedstat``). Linux only; None elsewhere."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        with open("/proc/stat", encoding="utf-8") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        busy = (sum(fields[:8]) - idle) / tick  # guest time is already in user time
+        times = os.times()
+        waited = 0.0
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/schedstat", encoding="utf-8") as f:
+                waited += int(f.read().split()[1]) / 1e9
+        return {
+            "wall": time.perf_counter(),
+            "busy": busy,
+            "own": times.user + times.system,
+            "waited": waited,
+        }
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def contention(before: dict | None, after: dict | None) -> dict:
+    """Between two :func:`cpu_sample` snapshots: ``other_cores``, the cores other processes
+    kept busy on average (0 on a quiet machine), and ``wait_threads``, this process's threads
+    waiting for a CPU on average (0 when nothing else wanted its cores)."""
+    if before is None or after is None:
+        return {"other_cores": None, "wait_threads": None}
+    wall = after["wall"] - before["wall"]
+    if wall <= 0:
+        return {"other_cores": None, "wait_threads": None}
+    other = (after["busy"] - before["busy"]) - (after["own"] - before["own"])
+    return {
+        "other_cores": round(max(other, 0.0) / wall, 3),
+        "wait_threads": round(max(after["waited"] - before["waited"], 0.0) / wall, 3),
+    }
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in (
+        "apache-tvm",
+        "tvm-rtask",
+        "numpy",
+        "onnx",
+        "onnxruntime",
+        "openvino",
+        "torch",
+        "onnx2torch",
+    ):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def environment(threads: int, target: str, command: str) -> dict:
+    diff = _git("diff", "--name-only", "HEAD")
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "command": command,
+        "cpu": cpu_name(),
+        "arch": platform.machine(),
+        "cores": os.cpu_count(),
+        "cores_allowed": default_threads(),
+        "threads": threads,
+        "target": target,
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "nice": os.nice(0),
+        "load_average_start": load_average(),
+        "versions": versions(),
+        "commit": _git("rev-parse", "HEAD") or None,
+        "uncommitted_changes": diff.split() if diff else [] if diff is not None else None,
+    }
+
+
+def target_label(target) -> str:
+    """``llvm, mcpu rocketlake`` (or ``llvm``): how the tables name a TVM target."""
+    mcpu = target.attrs.get("mcpu", None)
+    return f"{target.kind.name}, mcpu {mcpu}" if mcpu else str(target.kind.name)
+
+
+# -- models ----------------------------------------------------------------------------------
+def _real_loader():
+    """``load_real_model`` of the real-model loader, where one exists in this checkout."""
+    import importlib
+
+    for module in ("tvm_rtask.models.real", "tvm_rtask.testing.real_models"):
+        try:
+            loader = getattr(importlib.import_module(module), "load_real_model", None)
+        except ImportError:
+            continue
+        if loader is not None:
+            return loader
+    return None
+
+
+def load_model(name: str, seed: int = 0, size: int | None = None):
+    """An ``onnx.ModelProto``: a light model of the onnx package with seeded weights
+    (``inception_v1``, ``squeezenet``, ...), a real architecture of the real-model loader
+    (``load_real_model(name, size, seed)``, where that module exists), a model of the zoo
+    (``tvm_rtask.models``), or an ``.onnx`` file."""
+    import onnx
+
+    if name.endswith(".onnx"):
+        return onnx.load(name)
+    from tvm_rtask.testing.onnx_light import LIGHT_MODELS, load_light_model
+
+    if name in LIGHT_MODELS:
+        return load_light_model(name, seed=seed)
+    loader = _real_loader()
+    if loader is not None:
+        params = inspect.signature(loader).parameters
+        kwargs = {"seed": seed} if "seed" in params else {}
+        if size is not None and "size" in params:
+            kwargs["size"] = size
+        try:
+            model = loader(name, **kwargs)
+        except (KeyError, ValueError, LookupError):
+            model = None
+        if model is not None:
+            model = model[0] if isinstance(model, tuple) else model
+            return onnx.load(model) if isinstance(model, (str, Path)) else model
+    from tvm_rtask import models
+
+    if name in models.names():
+        return models.onnx_model(name, seed=seed)
+    raise SystemExit(f"unknown model {name!r}: not a light model, a real or zoo model, or .onnx")
+
+
+# -- one runtime, in a worker process --------------------------------------------------------
+class Skipped(Exception):
+    """The runtime is not installed here."""
+
+
+def _tvm_outputs(result) -> list[np.ndarray]:
+    if hasattr(result, "numpy"):
+        return [result.numpy()]
+    out = []
+    for r in result:
+        out.extend(_tvm_outputs(r))
+    return out
+
+
+def _build_tvm(name: str, model, feed: dict, threads: int, target):
+    import tvm
+    from tvm import relax
+
+    import tvm_rtask
+    from tvm_rtask.runtime import set_num_threads
+
+    set_num_threads(threads)
+    start = time.perf_counter()
+    mod = tvm_rtask.frontend.load(model)
+    import_s = time.perf_counter() - start
+    start = time.perf_counter()
+    if name == "tvm_default":
+        ex = tvm.compile(mod, target=target)
+    else:
+        options = {"cpu_rules": False} if name == RULES_OFF else {}
+        ex = tvm_rtask.compile(mod, target, policy=RTASK[name], num_veu=threads, **options)
+    compile_s = time.perf_counter() - start
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    args = [tvm.runtime.tensor(v) for v in feed.values()]
+    main = vm["main"]
+
+    def call():
+        return main(*args)
+
+    info = {"import_s": round(import_s, 2), "compile_s": round(compile_s, 2)}
+    return call, lambda out: _tvm_outputs(out), info
+
+
+def _build_onnxruntime(model, feed: dict, threads: int):
+    try:
+        import onnxruntime as ort
+    except ImportError as err:
+        raise Skipped("onnxruntime not installed") from err
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    start = time.perf_counter()
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    setup_s = time.perf_counter() - start
+    info = {
+        "setup_s": round(setup_s, 2),
+        "settings": {
+            "intra_op_num_threads": threads,
+            "inter_op_num_threads": 1,
+            "graph_optimization_level": "ORT_ENABLE_ALL",
+            "execution_mode": "ORT_SEQUENTIAL",
+        },
+    }
+    return (lambda: session.run(None, feed)), list, info
+
+
+def _build_openvino(model, feed: dict, threads: int):
+    try:
+        import openvino as ov
+    except ImportError as err:
+        raise Skipped("openvino not installed") from err
+    config = {
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": threads,
+        # f32 like every other runtime here (on CPUs with bf16 or AMX it would default to bf16)
+        "INFERENCE_PRECISION_HINT": "f32",
+    }
+    core = ov.Core()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        path.write_bytes(model.SerializeToString())
+        start = time.perf_counter()
+        compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
+        setup_s = time.perf_counter() - start
+    request = compiled.create_infer_request()
+    names = [o.name for o in model.graph.output]
+    ports = {}
+    for port in compiled.outputs:
+        for n in port.get_names():
+            ports.setdefault(n, port)
+    order = [ports.get(n, compiled.outputs[i]) for i, n in enumerate(names)]
+    inputs = dict(feed)
+
+    def outputs(result):
+        return [np.array(result[port]) for port in order]
+
+    info = {"setup_s": round(setup_s, 2), "settings": {k: str(v) for k, v in config.items()}}
+    return (lambda: request.infer(inputs)), outputs, info
+
+
+def _build_torch(model, feed: dict, threads: int):
+    try:
+        import torch
+    except ImportError as err:
+        raise Skipped("no torch") from err
+    try:
+        from onnx2torch import convert
+    except ImportError as err:
+        raise Skipped("no onnx2torch") from err
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    module = convert(model).eval()
+    setup_s = time.perf_counter() - start
+    args = [torch.from_numpy(v) for v in feed.values()]
+
+    def call():
+        with torch.inference_mode():
+            return module(*args)
+
+    def outputs(result):
+        result = result if isinstance(result, (list, tuple)) else [result]
+        return [r.detach().numpy() for r in result]
+
+    return call, outputs, {"setup_s": round(setup_s, 2)}
+
+
+def build(name: str, model, feed: dict, threads: int, target):
+    """``(call, outputs_of(call's result) -> list of arrays, info)`` for one runtime."""
+    if name in TVM_BUILDS:
+        return _build_tvm(name, model, feed, threads, target)
+    if name == "onnxruntime":
+        return _build_onnxruntime(model, feed, threads)
+    if name == "openvino":
+        return _build_openvino(model, feed, threads)
+    if name == "torch_eager":
+        return _build_torch(model, feed, threads)
+    raise ValueError(f"unknown runtime {name!r}")
+
+
+def run_worker(spec: dict) -> dict:
+    """One runtime on one model: build, check against the reference, time. The record."""
+    if spec.get("verbose"):
+        from tvm_rtask import progress
+
+        progress.enable()
+    record = {"runtime": spec["runtime"], "model": spec["model"], "label": label(spec["runtime"])}
+    try:
+        from tvm_rtask.testing.onnx_light import random_inputs
+
+        model = load_model(spec["model"], spec.get("seed", 0), spec.get("size"))
+        feed = random_inputs(model)
+        target = spec.get("target", DEFAULT_TARGET)
+        if spec["runtime"] in TVM_BUILDS:
+            from tvm_rtask.backend import as_target
+
+            target = as_target(target)
+            record["target"] = str(target)
+        call, outputs_of, info = build(spec["runtime"], model, feed, spec["threads"], target)
+        record.update(info)
+        out = outputs_of(call())
+    except Skipped as why:
+        record["skipped"] = str(why)
+        return record
+    except Exception as err:  # recorded, the driver goes on with the next runtime
+        record["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
+        record["traceback"] = traceback.format_exc()[-2000:]
+        return record
+    reference = Path(spec["reference"])
+    if spec.get("write_reference") and not reference.exists():
+        np.savez(reference, *out)
+        record["reference"] = True
+    if not reference.exists():
+        record["error"] = "no reference output to check against (ONNX Runtime failed?)"
+        return record
+    with np.load(reference) as saved:
+        expected = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    error = relative_error(out, expected)
+    record["relative_error"] = float(f"{error:.3g}")
+    if not error <= spec.get("tolerance", TOLERANCE):
+        record["error"] = f"wrong result: relative error {error:.3g} against the reference"
+        return record
+    before, load_before = cpu_sample(), load_average()
+    samples = time_calls(call, spec["warmup"], spec["repeat"], spec.get("max_seconds"))
+    record.update(stats(samples))
+    record["samples_ms"] = [round(s, 4) for s in samples]
+    record["warmup"] = spec["warmup"]
+    record["load_average"] = [load_before, load_average()]
+    record.update(contention(before, cpu_sample()))
+    return record
+
+
+def worker_main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    record = run_worker(spec)
+    Path(spec["out"]).write_text(json.dumps(record), encoding="utf-8")
+    return 0
+
+
+# -- the driver ------------------------------------------------------------------------------
+def worker_env(threads: int) -> dict:
+    """The worker's environment: every pool sized to ``threads`` from the start."""
+    env = dict(os.environ)
+    for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    return env
+
+
+def run_one(spec: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
+    """:func:`run_worker` in a fresh subprocess; a crash or a timeout becomes an error record."""
+    with tempfile.TemporaryDirectory(prefix="tvm-rtask-peer-") as tmp:
+        spec = {**spec, "out": str(Path(tmp) / "record.json")}
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        cmd = [sys.executable, "-m", "tvm_rtask.testing.peers", "--worker", str(spec_path)]
+        base = {"runtime": spec["runtime"], "model": spec["model"], "label": label(spec["runtime"])}
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                cmd,
+                env=worker_env(spec["threads"]),
+                capture_output=not spec.get("verbose"),
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return {**base, "error": f"timed out after {timeout:.0f} s"}
+        out = Path(spec["out"])
+        if not out.exists():
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
+            return {**base, "error": f"worker exited {proc.returncode}: " + " | ".join(tail)}
+        record = json.loads(out.read_text(encoding="utf-8"))
+        record["process_s"] = round(time.perf_counter() - start, 1)
+        return record
+
+
+def describe(record: dict) -> str:
+    head = f"{record['model']:14s} {record['label']:36s}"
+    if "skipped" in record:
+        return f"{head} skipped: {record['skipped']}"
+    if "error" in record:
+        return f"{head} error: {record['error']}"
+    build_s = record.get("compile_s", record.get("setup_s"))
+    return (
+        f"{head} median {record['median_ms']:9.2f} ms (p10 {record['p10_ms']:.2f}, "
+        f"p90 {record['p90_ms']:.2f}, N {record['n']}), rel. error "
+        f"{record['relative_error']:.1e}, build {build_s} s, other work "
+        f"{record.get('other_cores')} cores"
+    )
+
+
+def measure(
+    models: list[str],
+    runtimes: list[str],
+    threads: int,
+    target: str = DEFAULT_TARGET,
+    warmup: int = 5,
+    repeat: int = 30,
+    max_seconds: float | None = 20.0,
+    seed: int = 0,
+    size: int | None = None,
+    command: str = "",
+    progress=print,
+    timeout: float = WORKER_TIMEOUT_S,
+    verbose: bool = False,
+) -> dict:
+    """Every runtime on every model, one subprocess each, one after another; the results."""
+    results = environment(threads, target, command)
+    if any(r in TVM_BUILDS for r in runtimes):
+        from tvm_rtask.backend import as_target
+
+        results["target_label"] = target_label(as_target(target))
+    results.update(
+        what="median latency of one call, batch 1, each runtime warm, back-to-back calls, in "
+        "its own process",
+        warmup=warmup,
+        repeat=repeat,
+        max_seconds=max_seconds,
+        seed=seed,
+        weights="seeded random",
+        tolerance=TOLERANCE,
+        models={},
+    )
+    order = [r for r in REFERENCES if r in runtimes] + [r for r in runtimes if r not in REFERENCES]
+    with tempfile.TemporaryDirectory(prefix="tvm-rtask-peers-") as tmp:
+        for model in models:
+            reference = Path(tmp) / f"{Path(model).stem}-reference.npz"
+            records = {}
+            for runtime in order:
+                spec = {
+                    "runtime": runtime,
+                    "model": model,
+                    "seed": seed,
+                    "size": size,
+                    "threads": threads,
+                    "target": target,
+                    "warmup": warmup,
+                    "repeat": repeat,
+                    "max_seconds": max_seconds,
+                    "reference": str(reference),
+                    "write_reference": runtime in REFERENCES,
+                    "tolerance": TOLERANCE,
+                    "verbose": verbose,
+                }
+                record = run_one(spec, timeout)
+                if record.get("reference"):
+                    results["models"].setdefault(model, {})["reference"] = runtime
+                records[runtime] = record
+                progress(describe(record))
+            entry = results["models"].setdefault(model, {})
+            entry["runtimes"] = {r: records[r] for r in runtimes}
+    results["load_average_end"] = load_average()
+    return results
+
+
+# -- reporting -------------------------------------------------------------------------------
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def _times(factor: float) -> str:
+    return f"{factor:.0f}x" if factor >= 10 else f"{factor:.1f}x"
+
+
+def timed(runtimes: dict) -> dict:
+    return {n: r for n, r in runtimes.items() if "median_ms" in r}
+
+
+# How the sentences name each runtime.
+SHORT = {
+    "onnxruntime": "ONNX Runtime",
+    "openvino": "OpenVINO",
+    "torch_eager": "PyTorch eager",
+    "tvm_default": "TVM's default build",
+    "rtask_sequential": "tvm-rtask sequential",
+    "rtask_wavefront": "tvm-rtask wavefront",
+    RULES_OFF: "tvm-rtask sequential without the CPU rules",
+}
+
+
+def relation(a: float, b: float) -> str:
+    """How a latency ``a`` compares with ``b``: "1.5x slower than", "2.0x faster than" or
+    "as fast as (within 5%)"."""
+    if abs(a / b - 1) < 0.05:
+        return "as fast as (within 5%)"
+    if a > b:
+        return f"{_times(a / b)} slower than"
+    return f"{_times(b / a)} faster than"
+
+
+def summary(model: str, entry: dict, threads: int) -> str:
+    """Sentences on one model's numbers, whatever they say."""
+    runs = entry["runtimes"]
+    ms = {n: r["median_ms"] for n, r in timed(runs).items()}
+    sentences = []
+    if ms:
+        fastest = min(ms, key=ms.get)
+        sentences.append(
+            f"{model}, {threads} threads: the fastest is {SHORT.get(fastest, fastest)} "
+            f"({_ms(ms[fastest])} ms)."
+        )
+    else:
+        sentences.append(f"{model}: nothing was timed.")
+    rtask = [n for n in ms if n in RTASK and n != RULES_OFF]
+    if rtask:
+        best = min(rtask, key=ms.get)
+        head = f"tvm-rtask's fastest build ({RTASK[best]}, {_ms(ms[best])} ms) is"
+        peers = [p for p in ("onnxruntime", "openvino", "torch_eager") if p in ms]
+        others = [f"{relation(ms[best], ms[p])} {SHORT[p]} ({_ms(ms[p])} ms)" for p in peers]
+        if "tvm_default" in ms:
+            others.append(
+                f"{relation(ms[best], ms['tvm_default'])} TVM's default build "
+                f"({_ms(ms['tvm_default'])} ms, unscheduled operators, same target)"
+            )
+        if others:
+            sentences.append(
+                f"{head} "
+                + ", ".join(others[:-1])
+                + (" and " if others[:-1] else "")
+                + others[-1]
+                + "."
+            )
+        if RULES_OFF in ms and "rtask_sequential" in ms:
+            sentences.append(
+                f"Without the CPU schedule rules (threads only), tvm-rtask sequential takes "
+                f"{_ms(ms[RULES_OFF])} ms: the rules make it "
+                f"{relation(ms['rtask_sequential'], ms[RULES_OFF])} that."
+            )
+        if "rtask_sequential" in ms and "rtask_wavefront" in ms:
+            sentences.append(
+                f"Wavefront packing is {relation(ms['rtask_wavefront'], ms['rtask_sequential'])}"
+                " sequential (one operator per launch)."
+            )
+    for n, r in runs.items():
+        if "skipped" in r:
+            sentences.append(f"{SHORT.get(n, n)}: skipped ({r['skipped']}).")
+        elif "error" in r:
+            sentences.append(f"{SHORT.get(n, n)}: not timed ({r['error']}).")
+    return " ".join(sentences)
+
+
+def busy_note(results: dict) -> str | None:
+    worst = [
+        r.get("other_cores")
+        for entry in results["models"].values()
+        for r in entry["runtimes"].values()
+        if r.get("other_cores") is not None
+    ]
+    if not worst or max(worst) < BUSY_CORES:
+        return None
+    return (
+        f"other processes kept up to {max(worst):.2f} cores busy while a runtime was being "
+        f"timed: these numbers are slower than on a quiet machine, and not a measurement to "
+        f"publish"
+    )
+
+
+def cell(record: dict, base: float | None) -> str:
+    if "skipped" in record:
+        return f"skipped: {record['skipped']}"
+    if "error" in record:
+        return "wrong result" if record["error"].startswith("wrong") else "failed"
+    text = f"{_ms(record['median_ms'])} ({_ms(record['p10_ms'])}-{_ms(record['p90_ms'])})"
+    return text + (f", {record['median_ms'] / base:.2f}" if base else "")
+
+
+def markdown(results: dict, source: str) -> str:
+    """The README's tables and sentences of a results file that lies at ``source``."""
+    models = list(results["models"])
+    threads = results["threads"]
+    n = sorted({r["n"] for e in results["models"].values() for r in timed(e["runtimes"]).values()})
+    count = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}" if n else "no"
+    smoke = results.get("smoke")
+    lines = []
+    if smoke:
+        lines += [
+            f"**Smoke run, not a measurement**: {smoke}",
+            "",
+        ]
+    lines += [
+        f"`{results['command']}` on {results['date'][:10]}: batch 1, {threads} threads for "
+        f"every runtime on {results['cpu']} ({results['cores']} cores), each runtime warm in "
+        f"its own process, median (p10-p90) of {count} back-to-back calls after "
+        f"{results['warmup']} warm-up calls, {results['weights']} weights, every output checked "
+        f"against ONNX Runtime's (relative error < {results['tolerance']:g}); TVM and "
+        f"tvm-rtask compiled for `{results['target']}`{_resolved(results)}; from `{source}`.",
+        "",
+        "| runtime | " + " | ".join(f"{m}: ms, ratio to ONNX Runtime" for m in models) + " |",
+        "|---|" + "---:|" * len(models),
+    ]
+    names = list(dict.fromkeys(r for e in results["models"].values() for r in e["runtimes"]))
+    for name in names:
+        cells = []
+        for m in models:
+            runs = results["models"][m]["runtimes"]
+            base = runs.get("onnxruntime", {}).get("median_ms")
+            cells.append(cell(runs[name], base) if name in runs else "")
+        lines.append(f"| {label(name)} | " + " | ".join(cells) + " |")
+    lines += [""] + [summary(m, results["models"][m], threads) for m in models]
+    lines += ["", compile_table(results)]
+    note = busy_note(results)
+    if note:
+        lines += ["", f"Note: {note}."]
+    return "\n".join(lines)
+
+
+def _resolved(results: dict) -> str:
+    resolved = results.get("target_label")
+    return f" ({resolved})" if resolved and resolved != results["target"] else ""
+
+
+def compile_table(results: dict) -> str:
+    """Compile (TVM, tvm-rtask) and set-up (ONNX Runtime session, OpenVINO compile_model)
+    seconds per model."""
+    cols = [
+        n
+        for n in (*TVM_BUILDS, "onnxruntime", "openvino", "torch_eager")
+        if any(n in e["runtimes"] for e in results["models"].values())
+    ]
+    lines = [
+        "Build time in seconds (TVM and tvm-rtask: compile of the imported module; ONNX Runtime,"
+        " OpenVINO, PyTorch: session creation, model compilation, conversion), in the same "
+        "processes:",
+        "",
+        "| model | " + " | ".join(label(c) for c in cols) + " |",
+        "|---|" + "---:|" * len(cols),
+    ]
+    for model, entry in results["models"].items():
+        cells = []
+        for c in cols:
+            r = entry["runtimes"].get(c, {})
+            value = r.get("compile_s", r.get("setup_s"))
+            cells.append("" if value is None else f"{value:.1f}")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="a worker of bench/cpu_peers.py")
+    parser.add_argument("--worker", required=True, metavar="SPEC")
+    args = parser.parse_args(argv)
+    return worker_main(args.worker)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
