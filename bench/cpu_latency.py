@@ -9,6 +9,10 @@ timed. Prints the median, p10 and p90 of ``--repeat`` runs after warm-up, and ra
 default build (``tvm.compile`` of the imported module: legalized, unfused, serial loops).
 Every configuration, TVM's default build included, is compiled for the same ``--target``:
 by default ``llvm-native``, LLVM for this machine's CPU (``llvm`` is a generic x86-64, SSE2).
+
+All configurations share one process (and TVM's thread pool): this compares TVM builds with
+each other. For latencies to compare with ONNX Runtime, OpenVINO or PyTorch, each runtime in
+its own process at its best, use ``bench/cpu_peers.py``.
 """
 
 from __future__ import annotations
