@@ -111,6 +111,18 @@ def test_cuda_vdevices_all_policies(graph, device):
     check_all_policies(graph, VDevice.cuda(device, threads=128, registers=64, num_veu=48))
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    layered_dags(max_layers=5, max_width=6),
+    st.sampled_from(["h100", "v100"]),
+    st.sampled_from([8, 132, 264, 396]),
+)
+def test_ideal_bound_holds_with_more_veus_than_sms(graph, device, veus):
+    """Costs depend on a wave's width: the ideal bound must come from the same model, so no
+    policy's estimate falls below it, whether vEUs are fewer or more than the SMs."""
+    check_all_policies(graph, VDevice.cuda(device, threads=128, registers=64, num_veu=veus))
+
+
 def check_graph(graph: RGraph, veus: int) -> None:
     vd = VDevice.cpu(veus)
     wave = make_plan(graph, vd, "wavefront", cost=COST)

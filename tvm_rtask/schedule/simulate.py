@@ -368,16 +368,20 @@ def simulate_plan(
 
 
 def ideal_us(graph: RGraph, vdevice: VDevice, cost: CostModel) -> float:
-    """A lower bound on any plan (launches not counted): the larger of
-    - the critical path with each op taking one rTask of its quickest-per-rTask kernel, and
-    - all work (each op's least rTasks x time) spread over the vEUs.
+    """A lower bound on any plan (launches not counted), from the same cost model as the
+    estimates: the larger of
+    - the critical path with each op taking one rTask of its quickest-per-rTask kernel, at
+      width 1 (an rTask alone has an SM to itself: the least time any width gives it), and
+    - all work (each op's least rTasks x time with every vEU busy) spread over the vEUs:
+      at a smaller width an rTask is quicker only by the share of the device it gets, so the
+      vEU-time per unit of device is least with every vEU busy.
     An ordinary op holds the whole device: its time counts fully in both."""
     n = vdevice.num_veu
     path: dict[str, float] = {}
     work = 0.0
     for op in graph:
         if op.supported:
-            path[op.name] = min(cost.rtask_us(op, k, vdevice) for k in op.rkernels)
+            path[op.name] = min(cost.rtask_us_at(op, k, vdevice, 1) for k in op.rkernels)
             work += min(cost.work_us(op, k, vdevice) for k in op.rkernels)
         else:
             t = cost.ordinary_us(op, vdevice)
