@@ -232,6 +232,34 @@ def test_exported_library_serves_threads_without_tvm_rtask(cases, tmp_path):
 CUDA_TARGET = {"kind": "cuda", "arch": "sm_90"}
 
 
+def test_cuda_sync_words_are_a_host_constant_of_each_call():
+    """No GPU needed. The persistent kernels' sync words reach them as a Relax constant held
+    on the host (one per rProgram), never as module state: ``VirtualMachine.__init__``
+    copies every host constant to the device, so each VM owns its copy (TVM's
+    ``ConvertTensorToDevice`` in ``vm.cc``) and keeps it across its calls and CUDA-graph
+    replays, as the epoch scheme needs."""
+    import tvm_rtask.relax_passes as passes
+
+    target = passes.as_target(CUDA_TARGET)
+    main = tvm_rtask.rtask_pipeline(target, num_veu=4)(SharedKernels)["main"]
+    calls = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and len(expr.args) >= 2:
+            callee = expr.args[0]
+            if isinstance(callee, tvm.ir.GlobalVar) and callee.name_hint.startswith("rprogram_"):
+                calls.append(expr)
+
+    relax.analysis.post_order_visit(main, visit)
+    assert calls
+    words = [call.args[1].fields[-1] for call in calls]
+    for word in words:
+        assert isinstance(word, tvm.ir.expr.GenericConst), type(word)
+        tensor = word.value
+        assert tensor.device.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+        assert tensor.numpy().dtype == np.int32 and not tensor.numpy().any()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("streams", ["default", "own"])
 def test_two_cuda_vms_of_one_executable_at_once(streams):
