@@ -50,3 +50,13 @@ GPU_PY ?= $(if $(wildcard $(VPY)),$(VPY),python3)
 .PHONY: gpu-check
 gpu-check:
 	$(GPU_PY) bench/gpu_check.py $(ARGS)
+
+# One GPU window (issue 26, docs/gpu.md): `make gpu-pack` here (no GPU needed) makes .gpu/a and
+# .gpu/b; on the GPU machine `source .gpu/b/setup.sh && make gpu-window`. Without a GPU,
+# `make gpu-window ARGS="--out DIR"` is the dry run (GPU ABSENT).
+.PHONY: gpu-pack gpu-window
+gpu-pack:
+	$(GPU_PY) bench/gpu_pack.py $(ARGS)
+
+gpu-window:
+	$(GPU_PY) bench/gpu_window.py $(ARGS)

@@ -41,6 +41,7 @@ Configurations (``--configs`` picks any of them by name)
 ``tvm_cuda_graph``                 the same with ``relax.backend.use_cuda_graph`` (cuda only)
 ``sequential``                     tvm-rtask, policy sequential ("RammerBase"), target's barriers
 ``wavefront_counter``              tvm-rtask, wavefront, dependency counters (cuda only)
+``wavefront_cuda_graph``           the same under ``relax.backend.use_cuda_graph`` (cuda only)
 ``wavefront_fine``                 tvm-rtask, Rammer's wavefront policy, fine (step-array) barriers
 ``wavefront_global``               tvm-rtask, wavefront, global barriers (llvm default set only)
 ``ios``, ``opara``, ...            tvm-rtask, every other policy with the target's barriers (cuda
@@ -158,6 +159,7 @@ def all_configurations(target_kind: str) -> list[dict]:
     if "wavefront" in policies:
         if gpu:
             rtask.append(("wavefront_counter", "wavefront", "counter", True))
+            rtask.append(("wavefront_cuda_graph", "wavefront", "counter", True))
         rtask += [
             ("wavefront_fine", "wavefront", "fine", True),
             ("wavefront_global", "wavefront", "global", not gpu),
@@ -171,6 +173,7 @@ def all_configurations(target_kind: str) -> list[dict]:
         taken.add(name)
     configs += [
         {"name": n, "kind": "rtask", "policy": p, "barrier": b, "default": d}
+        | ({"cuda_graph": True} if n.endswith("_cuda_graph") else {})
         for n, p, b, d in rtask
     ]
     configs += [
@@ -511,11 +514,22 @@ def _import_rtask_runtime() -> None:
     check): needed when an executable is loaded from the cache, not compiled here."""
     import importlib
 
-    for name in ("tvm_rtask.backend.cuda.status", "tvm_rtask.runtime.cuda_status", "tvm_rtask.api"):
+    for name in (
+        "tvm.support.nvcc",  # registers TVM's tvm_callback_cuda_compile (NVRTC)
+        "tvm_rtask.backend.cuda.status",
+        "tvm_rtask.runtime.cuda_status",
+        "tvm_rtask.api",
+    ):
         try:
             importlib.import_module(name)
         except ImportError:
             continue
+    try:  # tvm-rtask's sources from the nvcc cache (filled by `make gpu-pack`)
+        from tvm_rtask.backend.cuda.compile_cache import install_compile_callback
+
+        install_compile_callback()
+    except ImportError:
+        pass
 
 
 def build_executable(config: dict, ctx: ModelContext, entry: dict, compile_only: bool = False):
@@ -535,6 +549,8 @@ def build_executable(config: dict, ctx: ModelContext, entry: dict, compile_only:
     key = ctx.cache.key(spec["model_id"], str(target), config, options, tvm.__version__)
     if compile_only and ctx.cache.has(key):
         return None
+    if ctx.gpu and not compile_only:
+        _import_rtask_runtime()  # before the load: a CUDA module's source compiles at load
     cached = None if compile_only else ctx.cache.load(key)
     if getattr(ctx.cache, "load_error", None):
         entry["cache_load_error"] = ctx.cache.load_error
@@ -549,7 +565,9 @@ def build_executable(config: dict, ctx: ModelContext, entry: dict, compile_only:
     if config["kind"] == "rtask":
         import tvm_rtask
 
-        ex = tvm_rtask.compile(mod, target, **options)
+        graph = {"relax.backend.use_cuda_graph": True} if config.get("cuda_graph") else {}
+        with tvm.transform.PassContext(config=graph):
+            ex = tvm_rtask.compile(mod, target, **options)
     elif config.get("cuda_graph"):
         with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
             ex = tvm.compile(mod, target=target)
@@ -927,7 +945,8 @@ class Runner:
         self.target_kind = target_kind
         self.results = results
         self.deadline = deadline
-        self.logs = results.parent / f"{results.stem}.logs"
+        logs_dir = getattr(args, "logs_dir", None)
+        self.logs = Path(logs_dir) if logs_dir else results.parent / f"{results.stem}.logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.not_reached: list[str] = []
         self.printed = len(read_records(results))
@@ -1172,6 +1191,15 @@ def parse_args(argv):
     )
     parser.add_argument("--tolerance", type=float, default=TOLERANCE)
     parser.add_argument("--peer-tolerance", type=float, default=PEER_TOLERANCE)
+    parser.add_argument(
+        "--logs-dir", help="workers' logs and specs (default <results stem>.logs beside it)"
+    )
+    parser.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="fill --cache-dir with the TVM and tvm-rtask builds (--compile-jobs at a time) "
+        "and stop: what `make gpu-pack` prepares without a GPU",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser, parser.parse_args(argv)
 
@@ -1259,7 +1287,7 @@ def main(argv: list[str] | None = None) -> int:
                 skipped_before += sum(1 for c in configs if worker_group(c) == group) - len(todo)
                 if todo:
                     plan.append(({**spec, "group": group}, todo))
-    if args.compile_jobs > 1 and not args.no_cache:
+    if (args.compile_jobs > 1 or args.compile_only) and not args.no_cache:
         kinds = {c["name"]: c["kind"] for c in configs}
         jobs = [
             (spec, name) for spec, todo in plan for name in todo if kinds[name] in ("tvm", "rtask")
@@ -1272,6 +1300,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             runner.precompile(jobs, args.compile_jobs, end)
             done = recorded_keys(results, args.retry_failed)
+    if args.compile_only:
+        failed = [r for r in read_records(results) if r.get("type") == "result" and "error" in r]
+        for rec in failed:
+            print(describe_record(rec))
+        return 1 if failed else 0
     # Every model's TVM configurations first, then the peers (torch.compile takes minutes).
     plan.sort(key=lambda item: item[0]["group"] != "tvm")
     for spec, todo in plan:

@@ -12,7 +12,12 @@ from that cache (compiling on a miss); every other source goes to TVM's own call
 unchanged, so TVM's default builds (the baselines) are compiled exactly as TVM compiles them.
 
 The cache lives in ``$TVM_RTASK_CUDA_CACHE`` (default ``~/.cache/tvm-rtask/cuda``); entries are
-written atomically and a damaged entry is compiled again.
+written atomically and a damaged entry is compiled again. ``make gpu-pack`` fills one on a
+machine without a GPU and carries it to the GPU machine (``bench/gpu_pack.py``): the key holds
+the last line of ``nvcc --version`` (e.g. ``Build cuda_13.0.r13.0/compiler.36424714_0``), so a
+device whose nvcc differs misses every entry unless ``$TVM_RTASK_CUDA_CACHE_NVCC`` names the
+version the cache was filled with (``bench/gpu_window.py`` sets it then: an sm_90 cubin runs on
+any driver that supports its CUDA version). :func:`stats` counts this process's hits and misses.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 CACHE_ENV = "TVM_RTASK_CUDA_CACHE"
+# nvcc version string keyed instead of the local nvcc's (a cache filled by another nvcc)
+NVCC_VERSION_ENV = "TVM_RTASK_CUDA_CACHE_NVCC"
+_STATS = {"hits": 0, "misses": 0, "compile_s": 0.0}
 # Sources holding this marker are tvm-rtask's (dispatch.SYNC_SOURCE defines it).
 RTASK_MARKER = "TVM_RTASK_SYNC_DEFINED"
 
@@ -96,9 +105,21 @@ def _nvcc_version(nvcc: str) -> str:
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else nvcc
 
 
+def nvcc_version(nvcc: str | None = None) -> str | None:
+    """The last line of ``nvcc --version`` (what the cache key holds), or None without nvcc."""
+    nvcc = nvcc or find_nvcc()
+    return _nvcc_version(nvcc) if nvcc else None
+
+
+def stats() -> dict:
+    """This process's cache hits, misses and seconds spent in nvcc on misses."""
+    return {**_STATS, "compile_s": round(_STATS["compile_s"], 2)}
+
+
 def _key(source: str, arch: str, nvcc: str) -> str:
     flags = " ".join(tvm_nvcc_command(nvcc, arch, "in.cu", "out.cubin")[1:])
-    text = "\0".join([_nvcc_version(nvcc), flags, source])
+    version = os.environ.get(NVCC_VERSION_ENV) or _nvcc_version(nvcc)
+    text = "\0".join([version, flags, source])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -138,7 +159,10 @@ def compile_source(source: str, arch: str, nvcc: str | None = None) -> Compiled:
     base = cache_dir() / _key(source, arch, nvcc)
     cached = _read(base)
     if cached is not None:
+        _STATS["hits"] += 1
         return cached
+    _STATS["misses"] += 1
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernels.cu")
         with open(path, "w") as f:
@@ -152,6 +176,7 @@ def compile_source(source: str, arch: str, nvcc: str | None = None) -> Compiled:
         if out.returncode != 0:
             raise RuntimeError(f"nvcc failed on the generated CUDA source:\n{out.stderr[-3000:]}")
         compiled = Compiled(Path(path + ".cubin").read_bytes(), out.stderr)
+    _STATS["compile_s"] += time.perf_counter() - started
     _write(base, compiled)
     return compiled
 

@@ -1,0 +1,1183 @@
+"""One GPU window: a fresh GPU machine to the project's answer in at most 8 minutes (issue 26).
+
+Is tvm-rtask faster than TVM + CUDA graph today? Command 2 of a window (docs/gpu.md), after
+``source .gpu/b/setup.sh``::
+
+    make gpu-window                          # = python3 bench/gpu_window.py (deadline 450 s)
+    python3 bench/gpu_window.py --out DIR    # without a GPU: the dry run (GPU ABSENT)
+
+Steps, in this order, each cut cleanly by ``--deadline`` (what was not reached is listed):
+
+1. numerics: tvm-rtask's default CUDA build of the light SqueezeNet, Inception v1, ResNet-50
+   and the zoo's NASNet, Inception v3, RandWire, ResNeXt-29 against TVM's default build on the
+   same inputs (the reference is TVM's default CUDA build, computed here on the device), 20
+   replays under a CUDA graph, and a forced timeout that must raise a named error;
+2. latency at batch 1 (``bench/harness.py``: one worker process per model, the medians of
+   >= 50 synchronised calls after warm-up): TVM default, TVM + CUDA graph, tvm-rtask
+   sequential, wavefront, wavefront under a CUDA graph, PyTorch eager and
+   ``torch.compile(mode="reduce-overhead")`` of the twins; every configuration slower than
+   TVM + CUDA graph is said so, by how much;
+3. where the time goes for the model of the worst ratio (``bench/kernel_report.py``);
+4. ``tvm-rtask profile`` of the distinct rKernels of the latency models (and the counter
+   micro-benchmark), kept per device, and the calibrated model's error against step 2;
+5. with time left: ``bench/gpu_sm_map.py`` and compute-sanitizer (racecheck, memcheck) on
+   the reduced SqueezeNet's persistent kernel.
+
+Output (``--out``, default ``$OUT``): ``window.jsonl`` (one line per result, appended the
+moment it is known), ``numerics.jsonl``, ``bench.jsonl`` (the harness's records),
+``bench.json``/``bench.md``, ``summary.md``/``summary.json`` (rewritten after every step) and
+``details.tar.gz`` (logs, kernel report, profiles, sanitizer output; rebuilt after every step).
+That is 8 files at most: a device call brings back no more.
+
+What ``make gpu-pack`` prepared (``bench/gpu_pack.py``: the nvcc cache of every tvm-rtask
+build below, for sm_90) is found through ``$TVM_RTASK_CUDA_CACHE`` (``setup.sh`` sets it);
+``window.jsonl`` records how many of the window's nvcc compiles it answered.
+
+Other modes: ``--prepare DIR`` (the pack: fill DIR's nvcc cache here, without a GPU),
+``--publish OUT_DIR`` (a window's folder to ``bench/results/<date>-<device>.json/.md/.png``)
+and ``--update-readme RESULTS.json`` (README's GPU table from such a file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+# -- what the window runs ---------------------------------------------------------------------
+TARGET = {"kind": "cuda", "arch": "sm_90"}
+NUMERICS_MODELS = [
+    "light:squeezenet",
+    "light:inception_v1",
+    "light:resnet50",
+    "zoo:nasnet_cifar",
+    "zoo:inception_v3",
+    "zoo:randwire",
+    "zoo:resnext29",
+]
+LATENCY_MODELS = ["squeezenet", "nasnet_cifar", "inception_v3", "randwire", "resnext29"]
+LATENCY_CONFIGS = [
+    "tvm_default",
+    "tvm_cuda_graph",
+    "sequential",
+    "wavefront_counter",
+    "wavefront_cuda_graph",
+    "torch_eager",
+    "torch_compile_reduce_overhead",
+]
+# the tvm-rtask builds of step 2 (what the pack compiles through nvcc)
+LATENCY_RTASK_CONFIGS = ["sequential", "wavefront_counter", "wavefront_cuda_graph"]
+BASELINE = "tvm_cuda_graph"
+# the sanitizer's kernel: the reduced zoo SqueezeNet, default CUDA build
+SANITIZE_MODEL = "zoo:squeezenet:reduced"
+GRAPH_REPLAYS = 20
+TOLERANCE = 1e-4
+# the dry run (no GPU): tiny models on llvm, and one codegen-only CUDA build through nvcc
+SMOKE_NUMERICS = ["zoo:lstm_tc:smoke", "zoo:bert_layer:smoke"]
+SMOKE_LATENCY = ["lstm_tc"]
+SMOKE_CONFIGS = ["tvm_default", "sequential", "wavefront_fine", "torch_eager"]
+SMOKE_CUDA_CODEGEN = "zoo:lstm_tc:smoke"
+# shares of the deadline at which steps 1, 2, 3 and 4 must end (the rest: step 5)
+STEP_ENDS = {"numerics": 0.30, "latency": 0.72, "where": 0.82, "profile": 0.93}
+DETAILS = "details.tar.gz"
+PACK_MANIFEST = "manifest.json"
+
+
+# -- models -----------------------------------------------------------------------------------
+def load_model(spec: str):
+    """``light:NAME`` (onnx's light models, seeded weights), ``zoo:NAME`` (full size),
+    ``zoo:NAME:reduced`` or ``zoo:NAME:smoke`` (the harness's tiny overrides); returns
+    ``(onnx model, inputs by name)``."""
+    kind, name, *variant = spec.split(":")
+    if kind == "light":
+        from tvm_rtask.testing.onnx_light import load_light_model, random_inputs
+
+        model = load_light_model(name)
+        return model, random_inputs(model)
+    import tvm_rtask.models as zoo
+
+    overrides: dict = {}
+    if variant and variant[0] == "smoke":
+        from harness import SMOKE_MODELS
+
+        overrides = SMOKE_MODELS.get(name, {})
+    reduced = bool(variant)
+    model = zoo.onnx_model(name, reduced=reduced, **overrides)
+    return model, zoo.sample_inputs(model)
+
+
+def inputs_digest(inputs: dict) -> str:
+    """sha256 of the inputs (names, shapes, bytes): the pack records it, the window checks
+    that the device made the same inputs from the same seeds."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for name in sorted(inputs):
+        value = np.ascontiguousarray(inputs[name])
+        digest.update(f"{name}{value.shape}{value.dtype}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _target(cuda: bool):
+    import tvm
+
+    if cuda:
+        return tvm.target.Target(TARGET, host="llvm")
+    return tvm.target.Target({"kind": "llvm"})
+
+
+def _run(ex, inputs: dict, dev):
+    """``(vm, device arguments, outputs as numpy)`` of one call of ``ex``."""
+    import tvm
+    from harness import to_numpy_list
+    from tvm import relax
+
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(v, dev) for v in inputs.values()]
+    return vm, args, to_numpy_list(vm["main"](*args))
+
+
+# -- step 1's worker: one model -----------------------------------------------------------------
+def numerics_worker(spec: str, gpu: bool, out: Path) -> int:
+    """TVM's default build and tvm-rtask's default build of ``spec`` on the same inputs; on a
+    GPU also the default build under a CUDA graph, replayed; one JSON line to ``out``."""
+    import tvm
+    from harness import max_relative_error, to_numpy_list
+
+    import tvm_rtask
+    from tvm_rtask.backend.cuda import compile_cache
+
+    rec: dict = {"step": "numerics", "model": spec, "target": "cuda" if gpu else "llvm"}
+    t0 = time.perf_counter()
+    try:
+        model, inputs = load_model(spec)
+        rec["inputs_sha"] = inputs_digest(inputs)
+        mod = tvm_rtask.frontend.load(model)
+        rec["load_s"] = round(time.perf_counter() - t0, 2)
+        target = _target(gpu)
+        dev = tvm.cuda(0) if gpu else tvm.cpu()
+        compile_cache.install_compile_callback()
+        t = time.perf_counter()
+        reference_ex = tvm.compile(mod, target=target)
+        rec["tvm_compile_s"] = round(time.perf_counter() - t, 2)
+        _, _, reference = _run(reference_ex, inputs, dev)
+        t = time.perf_counter()
+        ex = tvm_rtask.compile(mod, target if gpu else "llvm")
+        rec["rtask_compile_s"] = round(time.perf_counter() - t, 2)
+        _, _, actual = _run(ex, inputs, dev)
+        rec["rel_err"] = max_relative_error(actual, reference)
+        rec["ok"] = rec["rel_err"] < TOLERANCE
+        if gpu:
+            with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+                graph_ex = tvm_rtask.compile(mod, target)
+            vm, args, first = _run(graph_ex, inputs, dev)  # the capture
+            worst, identical = max_relative_error(first, reference), True
+            for _ in range(GRAPH_REPLAYS):
+                outs = to_numpy_list(vm["main"](*args))
+                worst = max(worst, max_relative_error(outs, reference))
+                identical &= all((a == b).all() for a, b in zip(outs, first, strict=True))
+            rec.update(graph_replays=GRAPH_REPLAYS, graph_rel_err=worst, graph_identical=identical)
+            rec["ok"] = rec["ok"] and worst < TOLERANCE and identical
+        else:
+            rec["graph_replays"] = "skipped: no GPU (CUDA graphs need one)"
+    except Exception as err:  # noqa: BLE001 - recorded; the window goes on
+        traceback.print_exc()
+        rec.update(ok=False, error=f"{type(err).__name__}: {str(err).strip()[:600]}")
+    rec["seconds"] = round(time.perf_counter() - t0, 2)
+    rec["nvcc_cache"] = compile_cache.stats()
+    _append(out, rec)
+    return 0
+
+
+def timeout_worker(out: Path) -> int:
+    """The forced timeout: a plan whose vEU waits for a step never reached must come back
+    as a named error (tests/cuda/test_gpu.py's test, run here as a function)."""
+    rec: dict = {"step": "numerics", "model": "forced_timeout"}
+    t0 = time.perf_counter()
+    try:
+        sys.path.insert(0, str(ROOT))
+        from tests.cuda.test_gpu import test_broken_plan_times_out_with_an_error
+
+        test_broken_plan_times_out_with_an_error()
+        rec.update(ok=True, note="check_status raised RuntimeError 'timed out'")
+    except Exception as err:  # noqa: BLE001
+        traceback.print_exc()
+        rec.update(ok=False, error=f"{type(err).__name__}: {str(err).strip()[:600]}")
+    rec["seconds"] = round(time.perf_counter() - t0, 2)
+    _append(out, rec)
+    return 0
+
+
+def codegen_worker(spec: str, out: Path) -> int:
+    """Without a GPU: tvm-rtask's CUDA build of ``spec`` for sm_90 through nvcc and the
+    cache (codegen only, nothing runs), as the pack does for the window's models."""
+    from tvm_rtask.backend.cuda import compile_cache
+
+    rec: dict = {"step": "numerics", "model": spec, "target": "cuda (codegen only)"}
+    t0 = time.perf_counter()
+    try:
+        import tvm_rtask
+
+        model, inputs = load_model(spec)
+        rec["inputs_sha"] = inputs_digest(inputs)
+        tvm_rtask.compile(tvm_rtask.frontend.load(model), TARGET)
+        rec["ok"] = True
+        rec["note"] = "built for sm_90 (nvcc, ptxas checked); not run: GPU ABSENT"
+    except Exception as err:  # noqa: BLE001
+        traceback.print_exc()
+        rec.update(ok=False, error=f"{type(err).__name__}: {str(err).strip()[:600]}")
+    rec["seconds"] = round(time.perf_counter() - t0, 2)
+    rec["nvcc_cache"] = compile_cache.stats()
+    _append(out, rec)
+    return 0
+
+
+def sanitize_worker() -> int:
+    """One call of the reduced SqueezeNet's default CUDA build (run under compute-sanitizer)."""
+    import tvm
+
+    import tvm_rtask
+    from tvm_rtask.backend.cuda import compile_cache
+
+    compile_cache.install_compile_callback()
+    model, inputs = load_model(SANITIZE_MODEL)
+    ex = tvm_rtask.compile(tvm_rtask.frontend.load(model), TARGET)
+    _run(ex, inputs, tvm.cuda(0))
+    tvm.cuda(0).sync()
+    print("sanitize worker: one call done", flush=True)
+    return 0
+
+
+# -- the pack's preparation (no GPU needed) ----------------------------------------------------
+def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
+    """Fill ``prep/nvcc`` with the nvcc builds (cubin + ptxas report) of every tvm-rtask CUDA
+    build the window makes, for sm_90, and write ``prep/manifest.json`` (nvcc's version,
+    the inputs' digests, the entries, the times). ``smoke``: the dry run's one tiny build."""
+    from tvm_rtask.backend.cuda import compile_cache
+
+    prep.mkdir(parents=True, exist_ok=True)
+    nvcc_dir = prep / "nvcc"
+    env = dict(os.environ, **{compile_cache.CACHE_ENV: str(nvcc_dir)})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    started = time.time()
+    manifest: dict = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "arch": TARGET["arch"],
+        "nvcc": compile_cache.nvcc_version() or "none",
+        "source_hash": _source_hash(),
+        "builds": [],
+    }
+    specs = [SMOKE_CUDA_CODEGEN] if smoke else NUMERICS_MODELS + [SANITIZE_MODEL]
+    log = prep / "prepare.log"
+    worker_out = prep / "prepare.jsonl"
+    worker_out.unlink(missing_ok=True)
+    # step 1 and 5: tvm-rtask's default build of each model (wavefront, counters); the CUDA
+    # graph variant compiles the same kernels (checked by the window's cache statistics)
+    cmds = [
+        [
+            sys.executable,
+            str(HERE / "gpu_window.py"),
+            "--codegen-worker",
+            s,
+            "--worker-out",
+            str(worker_out),
+        ]
+        for s in specs
+    ]
+    if not smoke:  # step 2: the harness's tvm-rtask configurations, exactly as it builds them
+        cmds.append(
+            [
+                sys.executable,
+                str(HERE / "harness.py"),
+                "--gpu",
+                "--compile-only",
+                "--models",
+                *LATENCY_MODELS,
+                "--configs",
+                *LATENCY_RTASK_CONFIGS,
+                "--compile-jobs",
+                "1",
+                "--cache-dir",
+                str(prep / "harness-cache"),
+                "--results",
+                str(prep / "harness.jsonl"),
+                "--fresh",
+                "--no-plot",
+                "--timeout",
+                "3000",
+            ]
+        )
+    failed = _run_parallel(cmds, jobs, env, log)
+    for rec in _read_jsonl(worker_out):
+        manifest["builds"].append(
+            {k: rec.get(k) for k in ("model", "ok", "seconds", "inputs_sha", "error") if k in rec}
+        )
+    for rec in _read_jsonl(prep / "harness.jsonl"):
+        if rec.get("type") == "result":
+            manifest["builds"].append(
+                {"model": rec["model"], "config": rec["config"], "ok": "error" not in rec}
+                | ({"error": rec["error"]} if "error" in rec else {})
+            )
+    shutil.rmtree(prep / "harness-cache", ignore_errors=True)  # executables hold the weights
+    entries = sorted(p.stem for p in nvcc_dir.glob("*.cubin"))
+    manifest["nvcc_entries"] = entries
+    manifest["nvcc_bytes"] = sum(p.stat().st_size for p in nvcc_dir.glob("*"))
+    manifest["seconds"] = round(time.time() - started, 1)
+    manifest["failed_commands"] = failed
+    (prep / PACK_MANIFEST).write_text(json.dumps(manifest, indent=1))
+    print(
+        f"prepared {len(entries)} nvcc build(s), {manifest['nvcc_bytes'] / 2**20:.1f} MiB, "
+        f"in {manifest['seconds']} s ({jobs} at a time); failed commands: {failed or 'none'}"
+    )
+    return 1 if failed else 0
+
+
+def _run_parallel(cmds: list[list[str]], jobs: int, env: dict, log: Path) -> list[str]:
+    pending, running, failed = list(cmds), [], []
+    with open(log, "ab") as out:
+        while pending or running:
+            while pending and len(running) < jobs:
+                cmd = pending.pop(0)
+                out.write(f"$ {shlex.join(cmd[1:])}\n".encode())
+                out.flush()
+                proc = subprocess.Popen(
+                    cmd, cwd=str(ROOT), env=env, stdout=out, stderr=subprocess.STDOUT
+                )
+                running.append((proc, cmd))
+            still = []
+            for proc, cmd in running:
+                if proc.poll() is None:
+                    still.append((proc, cmd))
+                elif proc.returncode != 0:
+                    failed.append(shlex.join(cmd[1:]))
+            running = still
+            time.sleep(0.5)
+    return failed
+
+
+def _source_hash() -> str:
+    from harness import source_hash
+
+    return source_hash()
+
+
+# -- the window ---------------------------------------------------------------------------------
+class Window:
+    def __init__(self, args):
+        self.args = args
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.work = Path(args.work)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.start = args.since
+        self.deadline = self.start + args.deadline
+        self.steps: dict[str, dict] = {}
+        self.not_reached: list[str] = []
+        self.lines: list[str] = []
+        self.gpu: dict = {}
+
+    # time
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def step_end(self, step: str) -> float:
+        return (
+            self.start + STEP_ENDS[step] * self.args.deadline
+            if self.gpu_present
+            else (self.deadline - 5)
+        )
+
+    @property
+    def gpu_present(self) -> bool:
+        return bool(self.gpu.get("exist"))
+
+    def say(self, text: str) -> None:
+        line = f"[{time.time() - self.start:6.1f} s] {text}"
+        print(line, flush=True)
+        with open(self.work / "window.log", "a") as f:
+            f.write(line + "\n")
+
+    def record(self, rec: dict) -> None:
+        rec = {"t_s": round(time.time() - self.start, 1), **rec}
+        _append(self.out / "window.jsonl", rec)
+
+    # subprocesses
+    def run(self, cmd: list[str], name: str, end: float, env: dict | None = None) -> int | None:
+        """``cmd`` with its output in ``work/<name>.log``; killed (None) at ``end``."""
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), full_env.get("PYTHONPATH", "")) if p
+        )
+        full_env["PYTHONUNBUFFERED"] = "1"
+        full_env.update(env or {})
+        self.say(f"{name}: {shlex.join(cmd[1:] if cmd[0] == sys.executable else cmd)}")
+        with open(self.work / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=str(ROOT),
+                env=full_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            while proc.poll() is None:
+                if time.time() > end:
+                    _kill_group(proc)
+                    self.say(f"{name}: stopped at its budget")
+                    return None
+                time.sleep(0.3)
+        return proc.returncode
+
+    def run_many(self, cmds: list[tuple[str, list[str]]], parallel: int, end: float) -> list[str]:
+        """Commands ``parallel`` at a time; the names of those cut at ``end`` or not started."""
+        pending, running, cut = list(cmds), [], []
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        while pending or running:
+            while pending and len(running) < parallel and time.time() < end - 10:
+                name, cmd = pending.pop(0)
+                log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115 - closed below
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=str(ROOT),
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                running.append((name, proc, log))
+            if pending and time.time() >= end - 10:
+                cut += [name for name, _ in pending]
+                pending = []
+            still = []
+            for name, proc, log in running:
+                if proc.poll() is None and time.time() > end:
+                    _kill_group(proc)
+                    cut.append(name)
+                if proc.poll() is None:
+                    still.append((name, proc, log))
+                else:
+                    log.close()
+            running = still
+            time.sleep(0.3)
+        return cut
+
+    # the steps
+    def probe(self) -> None:
+        self.gpu = _probe_gpu(self.args.no_gpu)
+        from tvm_rtask.backend.cuda import compile_cache
+
+        manifest = _read_json(Path(self.args.prep) / PACK_MANIFEST) if self.args.prep else {}
+        device_nvcc = compile_cache.nvcc_version()
+        rec = {
+            "step": "env",
+            "gpu": self.gpu,
+            "device_nvcc": device_nvcc,
+            "pack_nvcc": manifest.get("nvcc"),
+            "pack_source_hash": manifest.get("source_hash"),
+            "source_hash": _source_hash(),
+            "nvcc_cache": os.environ.get(compile_cache.CACHE_ENV),
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        }
+        if manifest and manifest.get("nvcc") and device_nvcc != manifest.get("nvcc"):
+            # the cubins of the pack are sm_90 code; the driver runs them whatever nvcc made
+            os.environ[compile_cache.NVCC_VERSION_ENV] = manifest["nvcc"]
+            rec["note"] = (
+                f"nvcc differs (pack: {manifest['nvcc']}; device: {device_nvcc}): the pack's "
+                f"cubins are used ({compile_cache.NVCC_VERSION_ENV} set)"
+            )
+        if manifest and manifest.get("source_hash") != rec["source_hash"]:
+            rec["warning"] = "the sources changed since the pack: its nvcc cache may miss"
+        self.manifest = manifest
+        self.record(rec)
+        self.env_rec = rec
+        self.say(
+            ("GPU: " + str(self.gpu.get("device_name")))
+            if self.gpu_present
+            else "GPU ABSENT: dry run (tiny models on llvm, one codegen-only CUDA build)"
+        )
+
+    def step_numerics(self) -> None:
+        end = self.step_end("numerics")
+        out = self.out / "numerics.jsonl"
+        me = [sys.executable, str(HERE / "gpu_window.py")]
+        cmds = []
+        if self.gpu_present:
+            for spec in self.args.numerics:
+                cmds.append(
+                    (
+                        f"numerics-{_slug(spec)}",
+                        me + ["--numerics-worker", spec, "--worker-out", str(out)],
+                    )
+                )
+            cmds.append(("numerics-timeout", me + ["--timeout-worker", "--worker-out", str(out)]))
+        else:
+            for spec in self.args.numerics:
+                cmds.append(
+                    (
+                        f"numerics-{_slug(spec)}",
+                        me + ["--numerics-worker", spec, "--no-gpu", "--worker-out", str(out)],
+                    )
+                )
+            if shutil.which("nvcc") or os.environ.get("CUDA_HOME"):
+                cmds.append(
+                    (
+                        "codegen-cuda",
+                        me + ["--codegen-worker", SMOKE_CUDA_CODEGEN, "--worker-out", str(out)],
+                    )
+                )
+            else:
+                self.not_reached.append("numerics: CUDA codegen (no nvcc here)")
+        parallel = self.args.jobs or (len(cmds) if self.gpu_present else 2)
+        t0 = time.time()
+        cut = self.run_many(cmds, parallel, end)
+        self.not_reached += [f"numerics {c}" for c in cut]
+        recs = _read_jsonl(out)
+        for rec in recs:
+            self.record(rec)
+        self.steps["numerics"] = {
+            "seconds": round(time.time() - t0, 1),
+            "records": recs,
+            "cut": cut,
+        }
+
+    def step_latency(self) -> None:
+        end = self.step_end("latency")
+        gpu = self.gpu_present
+        models = self.args.latency_models or (LATENCY_MODELS if gpu else SMOKE_LATENCY)
+        configs = self.args.latency_configs or (LATENCY_CONFIGS if gpu else SMOKE_CONFIGS)
+        cmd = [sys.executable, str(HERE / "harness.py"), "--models", *models, "--configs", *configs]
+        cmd += (
+            [
+                "--gpu",
+                "--repeat",
+                "100",
+                "--warmup",
+                "10",
+                "--compile-jobs",
+                str(self.args.jobs or max(1, (os.cpu_count() or 2) - 2)),
+            ]
+            if gpu
+            else ["--smoke"]
+        )
+        cmd += ["--results", str(self.out / "bench.jsonl"), "--out-dir", str(self.work)]
+        cmd += ["--logs-dir", str(self.work / "bench.logs"), "--no-plot", "--fresh"]
+        cmd += ["--deadline-at", str(end), "--timeout", str(self.args.config_timeout)]
+        cmd += ["--cache-dir", str(self.work / "exe-cache")]
+        t0 = time.time()
+        status = self.run(cmd, "latency", end + 20)
+        from harness import write_summaries
+
+        results = self.out / "bench.jsonl"
+        doc = write_summaries(results, plot_png=False) if results.exists() else {"models": []}
+        log = (self.work / "latency.log").read_text(errors="replace").splitlines()
+        for i, line in enumerate(log):
+            if line.startswith("NOT REACHED"):
+                self.not_reached += [
+                    f"latency {ln.strip()}" for ln in log[i + 1 :] if ln.startswith("  ")
+                ]
+        if status is None:
+            self.not_reached.append("latency: the harness was stopped at its budget")
+        slower = slower_than_baseline(doc)
+        for line in slower:
+            self.record({"step": "latency", "slower_than_tvm_cuda_graph": line})
+        self.steps["latency"] = {
+            "seconds": round(time.time() - t0, 1),
+            "status": status,
+            "doc": doc,
+            "slower": slower,
+        }
+
+    def step_where(self) -> None:
+        end = self.step_end("where")
+        doc = self.steps.get("latency", {}).get("doc", {"models": []})
+        worst = worst_ratio_model(doc)
+        gpu = self.gpu_present
+        model = worst[0] if worst else (LATENCY_MODELS[0] if gpu else "lstm_tc")
+        cmd = [sys.executable, str(HERE / "kernel_report.py"), "--models", model]
+        cmd += ["--target", "cuda" if gpu else "llvm", "--out", str(self.work / "kernels")]
+        cmd += ["--deadline-at", str(end - 5)]
+        if not gpu:
+            cmd += ["--reduced", "--repeat", "3", "--max-ops", "3"]
+        t0 = time.time()
+        status = self.run(cmd, "kernels", end)
+        report = _read_json(self.work / "kernels" / f"kernel_report-{model}.json")
+        top = []
+        for row in (report.get("rows") or report.get("operators") or [])[:5]:
+            top.append(
+                {
+                    k: row.get(k)
+                    for k in ("name", "op", "uses", "tvm_vm_ms", "rkernel_ms", "lost_ms")
+                    if k in row
+                }
+            )
+        rec = {
+            "step": "where",
+            "model": model,
+            "worst": worst,
+            "status": status,
+            "top_operators": top,
+            "timeline": "skipped: the generated code has no per-rTask %globaltimer trace "
+            "(tvm_rtask_now_ns serves the wait timeouts only)",
+        }
+        self.record(rec)
+        if status is None:
+            self.not_reached.append("where: kernel report cut at its budget")
+        self.steps["where"] = {"seconds": round(time.time() - t0, 1), **rec}
+
+    def step_profile(self) -> None:
+        end = self.step_end("profile")
+        gpu = self.gpu_present
+        device = _device_slug(self.gpu.get("device_name")) if gpu else "cpu-dry-run"
+        cache = self.work / "profiles" / device
+        models = self.args.latency_models or (LATENCY_MODELS if gpu else ["lstm_tc"])
+        t0 = time.time()
+        measured = _medians(self.steps.get("latency", {}).get("doc", {"models": []}))
+        for model in models:
+            if time.time() > end - 15:
+                self.not_reached.append(f"profile {model}")
+                continue
+            target = "cuda" if gpu else "llvm"
+            extra = [] if gpu else ["--reduced"]
+            base = [sys.executable, "-m", "tvm_rtask.cli"]
+            prof = base + [
+                "profile",
+                model,
+                "--target",
+                target,
+                "--cache",
+                str(cache),
+                "--json",
+                str(self.work / f"profile-{model}.json"),
+                *extra,
+            ]
+            status = self.run(prof, f"profile-{model}", end)
+            rec = {"step": "profile", "model": model, "device": device, "status": status}
+            if status == 0:
+                plan_json = self.work / f"plan-measured-{model}.json"
+                plan = base + [
+                    "plan",
+                    model,
+                    "--target",
+                    target,
+                    "--policy",
+                    "wavefront",
+                    "--cost",
+                    "measured",
+                    "--cache",
+                    str(cache),
+                    "--json",
+                    str(plan_json),
+                    *extra,
+                ]
+                if self.run(plan, f"plan-{model}", end) == 0:
+                    est = _estimate_ms(_read_json(plan_json).get("wavefront", {}))
+                    rec["estimated_ms"] = est
+                    real = measured.get((model, "wavefront_counter"))
+                    if est and real:
+                        rec["measured_ms"] = real
+                        rec["error"] = round((est - real) / real, 3)
+            self.record(rec)
+            self.steps.setdefault("profile", {"records": []})["records"].append(rec)
+        self.steps.setdefault("profile", {"records": []})["seconds"] = round(time.time() - t0, 1)
+        self.steps["profile"]["cache"] = str(cache)
+
+    def step_extras(self) -> None:
+        if not self.gpu_present:
+            self.not_reached.append("sm map and compute-sanitizer: need a GPU (skipped)")
+            self.steps["extras"] = {"skipped": "GPU ABSENT"}
+            return
+        end = self.deadline - 8
+        recs = []
+        cmd = [sys.executable, str(HERE / "gpu_sm_map.py"), "--out", str(self.work / "sm_map.json")]
+        status = self.run(cmd, "sm_map", min(end, time.time() + 60))
+        recs.append(
+            {
+                "step": "extras",
+                "what": "sm_map",
+                "status": status,
+                "result": _read_json(self.work / "sm_map.json").get("summary"),
+            }
+        )
+        sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+        for tool in ("racecheck", "memcheck"):
+            if time.time() > end - 20 or not os.path.exists(sanitizer):
+                self.not_reached.append(f"compute-sanitizer {tool}")
+                continue
+            cmd = [
+                sanitizer,
+                "--tool",
+                tool,
+                "--error-exitcode",
+                "9",
+                sys.executable,
+                str(HERE / "gpu_window.py"),
+                "--sanitize-worker",
+            ]
+            status = self.run(cmd, f"sanitizer-{tool}", end)
+            tail = _tail_text(self.work / f"sanitizer-{tool}.log")
+            recs.append(
+                {
+                    "step": "extras",
+                    "what": f"compute-sanitizer {tool}",
+                    "status": status,
+                    "tail": tail,
+                }
+            )
+            if status is None:
+                self.not_reached.append(f"compute-sanitizer {tool} (cut)")
+        for rec in recs:
+            self.record(rec)
+        self.steps["extras"] = {"records": recs}
+
+    # summaries
+    def summary(self) -> None:
+        doc = {
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "gpu_present": self.gpu_present,
+            "gpu": self.gpu,
+            "elapsed_s": round(time.time() - self.start, 1),
+            "deadline_s": self.args.deadline,
+            "env": getattr(self, "env_rec", {}),
+            "steps": {
+                k: {kk: vv for kk, vv in v.items() if kk != "doc"} for k, v in self.steps.items()
+            },
+            "not_reached": self.not_reached,
+        }
+        (self.out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+        (self.out / "summary.md").write_text(render_summary(doc, self.steps))
+        self._details()
+
+    def _details(self) -> None:
+        tmp = self.out / f".{DETAILS}.tmp"
+        with tarfile.open(tmp, "w:gz") as tar:
+            for path in sorted(self.work.rglob("*")):
+                rel = path.relative_to(self.work)
+                if path.is_file() and not str(rel).startswith("exe-cache"):
+                    if path.stat().st_size < 8 * 2**20:
+                        tar.add(path, arcname=str(rel))
+        os.replace(tmp, self.out / DETAILS)
+
+
+def slower_than_baseline(doc: dict) -> list[str]:
+    """``"model config: 2.06 ms, 4.29x TVM + CUDA graph (0.48 ms)"`` for every timed
+    configuration slower than TVM + CUDA graph (``tvm_default`` where no graph was timed)."""
+    out = []
+    for m in doc.get("models", []):
+        configs = m.get("configs", {})
+        base_name = BASELINE if "median_ms" in configs.get(BASELINE, {}) else "tvm_default"
+        base = configs.get(base_name, {}).get("median_ms")
+        if not base:
+            continue
+        for name, entry in configs.items():
+            ms = entry.get("median_ms")
+            if name != base_name and ms and ms > base:
+                out.append(
+                    f"{m['name']} {name}: {ms:.3f} ms, {ms / base:.2f}x {base_name} "
+                    f"({base:.3f} ms), +{ms - base:.3f} ms"
+                )
+    return out
+
+
+def worst_ratio_model(doc: dict) -> tuple[str, float] | None:
+    """The model whose best tvm-rtask configuration is furthest behind the baseline."""
+    worst = None
+    for m in doc.get("models", []):
+        configs = m.get("configs", {})
+        base = (configs.get(BASELINE) or configs.get("tvm_default") or {}).get("median_ms")
+        rtask = [
+            e["median_ms"]
+            for n, e in configs.items()
+            if e.get("kind") == "rtask" and e.get("median_ms")
+        ]
+        if base and rtask:
+            ratio = min(rtask) / base
+            if worst is None or ratio > worst[1]:
+                worst = (m["name"], round(ratio, 3))
+    return worst
+
+
+def _medians(doc: dict) -> dict:
+    return {
+        (m["name"], name): e["median_ms"]
+        for m in doc.get("models", [])
+        for name, e in m.get("configs", {}).items()
+        if e.get("median_ms")
+    }
+
+
+def _estimate_ms(entry: dict) -> float | None:
+    report = entry.get("report", {}) if isinstance(entry, dict) else {}
+    for key, value in report.items():
+        if "estimat" in key and isinstance(value, (int, float)):
+            return value / 1e3 if key.endswith("_us") else value
+    plan = entry.get("plan", {}) if isinstance(entry, dict) else {}
+    if isinstance(plan.get("estimated_us"), (int, float)):
+        return plan["estimated_us"] / 1e3
+    return None
+
+
+def render_summary(doc: dict, steps: dict) -> str:
+    gpu = doc["gpu_present"]
+    lines = [
+        f"# GPU window {doc['date']}",
+        "",
+        ("GPU: " + str(doc["gpu"].get("device_name")))
+        if gpu
+        else "GPU ABSENT (no CUDA device visible to TVM): dry run, tiny models on llvm and "
+        "one codegen-only CUDA build",
+        f"elapsed {doc['elapsed_s']} s of {doc['deadline_s']:.0f}",
+    ]
+    env = doc.get("env", {})
+    if env:
+        lines.append(f"nvcc: device {env.get('device_nvcc')}; pack {env.get('pack_nvcc')}")
+        for key in ("note", "warning"):
+            if env.get(key):
+                lines.append(f"{key}: {env[key]}")
+    num = steps.get("numerics")
+    lines += ["", "## 1. Numerics (tvm-rtask default build vs TVM default build)"]
+    if num:
+        lines += [
+            "",
+            "| model | target | ok | rel. error | graph replays | graph rel. error | "
+            "TVM compile s | rtask compile s | nvcc cache hits/misses |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in num["records"]:
+            cache = r.get("nvcc_cache") or {}
+            lines.append(
+                f"| {r.get('model')} | {r.get('target', 'cuda')} | "
+                f"{'yes' if r.get('ok') else 'NO'} | {_fmt(r.get('rel_err'))} | "
+                f"{r.get('graph_replays', '')} | {_fmt(r.get('graph_rel_err'))} | "
+                f"{r.get('tvm_compile_s', '')} | {r.get('rtask_compile_s', '')} | "
+                f"{cache.get('hits', '')}/{cache.get('misses', '')} |"
+            )
+        for r in num["records"]:
+            if r.get("error"):
+                lines.append(f"- {r['model']}: {r['error'][:300]}")
+    else:
+        lines.append("not reached")
+    lat = steps.get("latency")
+    lines += ["", "## 2. Latency at batch 1 (median ms; ratio to TVM + CUDA graph)"]
+    if lat:
+        from plot import markdown_table
+
+        lines += ["", markdown_table(lat["doc"]).strip()] if lat["doc"].get("models") else []
+        lines += ["", "Slower than TVM + CUDA graph:"]
+        lines += [f"- {s}" for s in lat["slower"]] or ["- none"]
+        failed = [
+            f"- {m['name']} {n}: {e['error'][:200]}"
+            for m in lat["doc"].get("models", [])
+            for n, e in m.get("configs", {}).items()
+            if e.get("error")
+        ]
+        if failed:
+            lines += ["", "Failed:", *failed]
+    else:
+        lines.append("not reached")
+    where = steps.get("where")
+    lines += ["", "## 3. Where the time goes"]
+    if where:
+        lines.append(
+            f"model {where['model']} (worst ratio {where.get('worst')}); kernel report "
+            f"status {where['status']}; timeline {where['timeline']}"
+        )
+        lines += [f"- {json.dumps(r)}" for r in where.get("top_operators", [])]
+    else:
+        lines.append("not reached")
+    prof = steps.get("profile")
+    lines += ["", "## 4. Device profile (tvm-rtask profile; calibrated model vs step 2)"]
+    if prof:
+        lines.append(f"cache: {prof.get('cache')} (in {DETAILS})")
+        for r in prof.get("records", []):
+            lines.append(
+                f"- {r['model']}: status {r['status']}, estimated "
+                f"{_fmt(r.get('estimated_ms'))} ms, measured "
+                f"{_fmt(r.get('measured_ms'))} ms, error {_fmt(r.get('error'))}"
+            )
+    else:
+        lines.append("not reached")
+    ext = steps.get("extras")
+    lines += ["", "## 5. SM map, compute-sanitizer"]
+    if ext:
+        if ext.get("skipped"):
+            lines.append(f"skipped: {ext['skipped']}")
+        for r in ext.get("records", []):
+            lines.append(
+                f"- {r['what']}: status {r['status']} {r.get('result') or r.get('tail') or ''}"
+            )
+    else:
+        lines.append("not reached")
+    lines += ["", "## Not reached"]
+    lines += [f"- {n}" for n in doc["not_reached"]] or ["- nothing: every step finished"]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return "" if value is None else str(value)
+
+
+# -- publishing ---------------------------------------------------------------------------------
+README_BEGIN = (
+    "<!-- gpu numbers: generated by `python bench/gpu_window.py --update-readme {path}` -->"
+)
+README_END = "<!-- /gpu numbers -->"
+README_PLACEHOLDER = re.compile(r"^GPU: no GPU table yet.*?(?=\n\n|\Z)", re.S | re.M)
+
+
+def publish(window_out: Path, results_dir: Path = HERE / "results") -> Path:
+    """A window's folder to ``bench/results/<date>-<device>.json`` (+ ``.md``, ``.png``): the
+    harness's document of step 2 with the window's numerics, slower-than lines and summary."""
+    from harness import read_records
+    from plot import markdown_table, plot_results
+    from records import results_document
+
+    doc = results_document(read_records(window_out / "bench.jsonl"))
+    summary = _read_json(window_out / "summary.json")
+    doc["window"] = {
+        "numerics": _read_jsonl(window_out / "numerics.jsonl"),
+        "slower_than_tvm_cuda_graph": slower_than_baseline(doc),
+        "not_reached": summary.get("not_reached", []),
+        "gpu": summary.get("gpu", {}),
+    }
+    device = _device_slug(summary.get("gpu", {}).get("device_name") or doc.get("device"))
+    date = (summary.get("date") or doc.get("date") or datetime.date.today().isoformat())[:10]
+    path = results_dir / f"{date}-{device}.json"
+    path.write_text(json.dumps(doc, indent=1))
+    path.with_suffix(".md").write_text(markdown_table(doc))
+    if doc["models"]:
+        try:
+            plot_results(doc, path.with_suffix(".png"))
+        except Exception as err:  # noqa: BLE001 - the numbers matter more
+            print(f"plot failed: {err}", file=sys.stderr)
+    return path
+
+
+def readme_block(path: str | Path, root: Path = ROOT) -> str:
+    """README's GPU table from a published results file, between its markers."""
+    from plot import markdown_table
+
+    try:
+        source = Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        source = str(path)
+    doc = json.loads(Path(path).read_text())
+    head = f"GPU: {doc.get('device', 'GPU')}, batch 1, median ms (ratio to TVM + CUDA graph)"
+    slower = doc.get("window", {}).get("slower_than_tvm_cuda_graph", [])
+    body = [head + f", from `{source}`:", "", markdown_table(doc).strip()]
+    if slower:
+        body += ["", f"{len(slower)} configuration(s) slower than TVM + CUDA graph (see the file)."]
+    return "\n".join([README_BEGIN.format(path=source), *body, README_END])
+
+
+def update_readme(path: str | Path, readme: Path = ROOT / "README.md") -> None:
+    """Put the GPU table of ``path`` into ``readme``: between the GPU markers, or in place
+    of the paragraph 'GPU: no GPU table yet ...' the first time."""
+    text = readme.read_text(encoding="utf-8")
+    block = readme_block(path, readme.parent)
+    marked = re.compile(
+        re.escape(README_BEGIN).replace(r"\{path\}", "[^ ]+") + ".*?" + re.escape(README_END), re.S
+    )
+    if marked.search(text):
+        text = marked.sub(lambda _: block, text, count=1)
+    elif README_PLACEHOLDER.search(text):
+        text = README_PLACEHOLDER.sub(lambda _: block, text, count=1)
+    else:
+        raise SystemExit(f"{readme} has neither GPU markers nor the 'GPU: no GPU table yet' line")
+    readme.write_text(text, encoding="utf-8")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _probe_gpu(force_absent: bool) -> dict:
+    if force_absent:
+        return {"exist": False, "forced": True}
+    try:
+        import tvm
+
+        dev = tvm.cuda(0)
+        info = {"exist": bool(dev.exist)}
+        if dev.exist:
+            info.update(
+                device_name=dev.device_name,
+                compute_version=dev.compute_version,
+                multi_processor_count=dev.multi_processor_count,
+            )
+        from harness import gpu_info
+
+        info["nvidia_smi"] = gpu_info()
+        return info
+    except Exception as err:  # noqa: BLE001
+        return {"exist": False, "error": str(err)[:300]}
+
+
+def _append(path: Path, rec: dict) -> None:
+    line = json.dumps(rec, default=str) + "\n"
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    out = []
+    try:
+        for line in Path(path).read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    except OSError:
+        pass
+    return out
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _tail_text(path: Path, lines: int = 6) -> str:
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return " | ".join(ln.strip() for ln in text[-lines:] if ln.strip())[:600]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+
+def _device_slug(name: str | None) -> str:
+    """``h100`` / ``h200`` for those GPUs, else a slug of the name."""
+    text = (name or "gpu").lower()
+    for short in ("h200", "h100", "a100"):
+        if short in text:
+            return short
+    return _slug(text)[:40] or "gpu"
+
+
+def _kill_group(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-results" / "window"))
+    p.add_argument("--work", default=None, help="logs and builds (default /tmp/tvm-rtask-window)")
+    p.add_argument("--deadline", type=float, default=450, help="seconds from --since")
+    p.add_argument("--since", type=float, default=None, help="Unix time the call began")
+    p.add_argument(
+        "--prep",
+        default=os.environ.get("TVM_RTASK_GPU_PREP"),
+        help="the pack's prepared folder (manifest.json, nvcc/)",
+    )
+    p.add_argument("--no-gpu", action="store_true", help="act as without a GPU")
+    p.add_argument("--jobs", type=int, default=None, help="processes side by side")
+    p.add_argument("--numerics", help="step 1's models, comma-separated (light:X, zoo:X)")
+    p.add_argument("--latency-models", help="step 2's zoo models, comma-separated")
+    p.add_argument("--latency-configs", help="step 2's configurations, comma-separated")
+    p.add_argument("--config-timeout", type=float, default=150)
+    p.add_argument("--skip", default="", help="steps to leave out: numerics,latency,where,...")
+    p.add_argument("--prepare", metavar="DIR", help="the pack: fill DIR's nvcc cache, no GPU")
+    p.add_argument("--smoke", action="store_true", help="--prepare: the dry run's tiny build")
+    p.add_argument("--publish", metavar="OUT_DIR", help="a window's folder to bench/results/")
+    p.add_argument("--update-readme", metavar="JSON", help="README's GPU table from a file")
+    p.add_argument("--numerics-worker", help=argparse.SUPPRESS)
+    p.add_argument("--codegen-worker", help=argparse.SUPPRESS)
+    p.add_argument("--timeout-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--sanitize-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.since = args.since or time.time()
+    args.work = args.work or (
+        "/tmp/tvm-rtask-window" if os.environ.get("OUT") else str(Path(args.out) / ".work")
+    )
+    args.latency_models = args.latency_models.split(",") if args.latency_models else None
+    args.latency_configs = args.latency_configs.split(",") if args.latency_configs else None
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.numerics_worker:
+        return numerics_worker(args.numerics_worker, not args.no_gpu, Path(args.worker_out))
+    if args.codegen_worker:
+        return codegen_worker(args.codegen_worker, Path(args.worker_out))
+    if args.timeout_worker:
+        return timeout_worker(Path(args.worker_out))
+    if args.sanitize_worker:
+        return sanitize_worker()
+    if args.prepare:
+        return prepare(Path(args.prepare), args.jobs or 2, args.smoke)
+    if args.publish:
+        print(publish(Path(args.publish)))
+        return 0
+    if args.update_readme:
+        update_readme(args.update_readme)
+        return 0
+    window = Window(args)
+    for name in ("numerics.jsonl", "bench.jsonl", "window.jsonl"):
+        (window.out / name).unlink(missing_ok=True)
+    window.probe()
+    gpu = window.gpu_present
+    args.numerics = (
+        args.numerics.split(",") if args.numerics else (NUMERICS_MODELS if gpu else SMOKE_NUMERICS)
+    )
+    window.summary()
+    skip = set(filter(None, args.skip.split(",")))
+    steps = [
+        ("numerics", window.step_numerics, 30),
+        ("latency", window.step_latency, 40),
+        ("where", window.step_where, 25),
+        ("profile", window.step_profile, 25),
+        ("extras", window.step_extras, 20),
+    ]
+    for name, step, needs in steps:
+        if name in skip:
+            window.not_reached.append(f"{name} (skipped by --skip)")
+            continue
+        if window.left() < needs:
+            window.not_reached.append(f"{name} (no time left: {window.left():.0f} s)")
+            continue
+        window.say(f"step {name}: {window.left():.0f} s left")
+        try:
+            step()
+        except Exception as err:  # noqa: BLE001 - a broken step must not lose the others
+            traceback.print_exc()
+            window.not_reached.append(f"{name}: {type(err).__name__}: {str(err)[:300]}")
+        window.summary()
+    window.say(f"summary -> {window.out / 'summary.md'}")
+    print((window.out / "summary.md").read_text(), flush=True)
+    if not gpu:
+        print("GPU ABSENT: this was a dry run.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
