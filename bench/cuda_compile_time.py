@@ -3,8 +3,11 @@
 Usage: python bench/cuda_compile_time.py [--models squeezenet lstm_tc ...] [--reduced]
        [--arch sm_90] [--policy wavefront] [--max-ops-per-program N] [--barrier counter|fine]
        [--inline-bodies] [--no-nvcc] [--out bench/results] [--tag NAME]
+       python bench/cuda_compile_time.py --real reduced|full [--models resnet18 ...]
 
-For each built-in model: ``tvm_rtask.lower`` + ``tvm_rtask.build`` (without the ptxas check)
+For each built-in model (or, with ``--real``, each torchvision architecture of
+``tvm_rtask.models.real`` at that size, all of them by default): ``tvm_rtask.lower`` +
+``tvm_rtask.build`` (without the ptxas check)
 is timed as the pipeline; the generated CUDA source is then compiled once as the build
 compiles it (``compile_cache.tvm_nvcc_command``: TVM's flags, a cubin, ``ptxas -v``; no
 cache), and the wall time, registers and spill stores of every persistent kernel (with the
@@ -44,6 +47,7 @@ from tvm_rtask.backend.cuda.occupancy import (  # noqa: E402
     tvm_nvcc_command,
 )
 from tvm_rtask.core.counters import counter_stats  # noqa: E402
+from tvm_rtask.models.real import REAL_MODELS, load_real_model  # noqa: E402
 
 _DEFINITION = re.compile(r"__global__ void (?:__launch_bounds__\([\d, ]+\) )?(\w+)\([^;]*\{\s*$")
 
@@ -129,7 +133,10 @@ def measure(name: str, args, nvcc: str | None) -> dict:
     }
     if args.max_ops_per_program is not None:
         options["max_ops_per_program"] = args.max_ops_per_program
-    model = zoo.get(name, reduced=args.reduced)[0]
+    if args.real:
+        model = load_real_model(name, args.real)
+    else:
+        model = zoo.get(name, reduced=args.reduced)[0]
     stages = _StageTimes()
     log = logging.getLogger("tvm_rtask")
     log.addHandler(stages)
@@ -172,7 +179,13 @@ def measure(name: str, args, nvcc: str | None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=["squeezenet", "inception_v3"])
+    parser.add_argument("--models", nargs="+", default=None)
+    parser.add_argument(
+        "--real",
+        choices=("reduced", "full"),
+        default=None,
+        help="torchvision's architectures (tvm_rtask.models.real) at this size",
+    )
     parser.add_argument("--reduced", action="store_true", help="the models' reduced configs")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--policy", default="wavefront")
@@ -185,6 +198,8 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     parser.add_argument("--tag", default="", help="appended to the result file names")
     args = parser.parse_args()
+    if args.models is None:
+        args.models = list(REAL_MODELS) if args.real else ["squeezenet", "inception_v3"]
     nvcc = None if args.no_nvcc else find_nvcc()
     if nvcc is None and not args.no_nvcc:
         sys.exit("nvcc not found (PATH, CUDA_HOME): use --no-nvcc to time the pipeline alone")
@@ -198,6 +213,7 @@ def main() -> None:
         "policy": args.policy,
         "barrier": args.barrier,
         "reduced": args.reduced,
+        "real": args.real,
         "max_ops_per_program": args.max_ops_per_program,
         "body_functions": not args.inline_bodies,
         "command": " ".join(sys.argv),
