@@ -12,6 +12,7 @@ from tvm.s_tir.dlight.analysis import get_sblock_info
 from tvm.s_tir.dlight.base.common_schedules import try_inline
 
 from ...tir.common import gather_under_anchor, root_children
+from ...tir.rules import LOGGER, one_line, operator_name
 from .kernel import CHUNK_ANNOTATION, CPURKernel
 from .tuned import is_tuned, make_tuned_cpu_rkernel
 
@@ -30,7 +31,12 @@ def make_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
         blocks = root_children(sch)
         try_inline(sch, [get_sblock_info(sch, b) for b in blocks])
         loops = gather_under_anchor(sch) if root_children(sch) else None
-    except (s_tir.ScheduleError, ValueError, AttributeError, IndexError):
+    except s_tir.ScheduleError:  # blocks TVM will not place under one loop nest
+        loops = None
+    except Exception as error:  # anything else must not fail a compile either: logged
+        LOGGER.warning(
+            "cutting %s into rTasks failed, one rTask: %s", operator_name(func), one_line(error)
+        )
         loops = None
     if not loops or max_rtasks <= 1:
         return CPURKernel(func.with_attr("rtask.num_rtasks", 1), 1)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 
-from tvm import s_tir, tirx
+from tvm import tirx
 from tvm.target import Target
 
 from ....records import TUNED_ATTR
+from ....tir.rules import try_rules
 from .base import CPUScheduleRule, vector_lanes
 from .conv2d_nchw import Conv2dNCHW
 from .matmul import MatmulKN
@@ -42,22 +43,21 @@ def default_rules() -> list[CPUScheduleRule]:
 
 
 def schedule_cpu_func(
-    func: tirx.PrimFunc, target: Target, rules: list[CPUScheduleRule] | None = None
+    func: tirx.PrimFunc,
+    target: Target,
+    rules: list[CPUScheduleRule] | None = None,
+    name: str | None = None,
 ) -> tirx.PrimFunc | None:
-    """``func`` scheduled by the first matching rule (marked tuned), or None."""
+    """``func`` scheduled by the first rule that applies (marked :data:`RULE_ATTR`), or
+    None. Rules are tried by :func:`tvm_rtask.tir.rules.try_rules`: a rule that raises is
+    logged (``name``: the operator's, for the log) and the next one is tried."""
     if func.attrs is not None and (TUNED_ATTR in func.attrs or RULE_ATTR in func.attrs):
         return None
-    for rule in default_rules() if rules is None else rules:
-        try:
-            sch = rule.apply(func, target, False)
-        except (s_tir.ScheduleError, ValueError, IndexError, AttributeError):
-            sch = None
-        if sch is None:
-            continue
-        # a rule returns a schedule, or a PrimFunc it rewrote after its last primitive
-        result = sch.mod["main"] if isinstance(sch, s_tir.Schedule) else sch
-        return result.with_attr(RULE_ATTR, type(rule).__name__)
-    return None
+    found = try_rules(func, target, default_rules() if rules is None else rules, name)
+    if found is None:
+        return None
+    rule, scheduled = found
+    return scheduled.with_attr(RULE_ATTR, type(rule).__name__)
 
 
 def is_rule_scheduled(func: tirx.PrimFunc) -> bool:

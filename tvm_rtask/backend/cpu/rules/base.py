@@ -17,6 +17,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
 from ....tir.common import root_children
+from ....tir.rules import inline_epilogue_chain
 
 # float32 lanes when the target names no CPU (the brief's AVX2 assumption; plain ``llvm``
 # actually emits SSE2, so an 8-lane vector becomes two 4-lane instructions).
@@ -123,16 +124,28 @@ def split_producers(sch: s_tir.Schedule, block) -> list | None:
 def inline_epilogue(sch: s_tir.Schedule, writeback) -> bool:
     """Inline every injective consumer chain of ``writeback`` into it (bias add, relu, ...).
     True when nothing is left after it at the root."""
-    while True:
-        consumers = sch.get_consumers(writeback)
-        if not consumers:
-            return True
-        if len(consumers) != 1:
-            return False
-        try:
-            sch.reverse_compute_inline(consumers[0])
-        except s_tir.ScheduleError:
-            return False
+    return not inline_epilogue_chain(sch, writeback)
+
+
+def epilogue_tail(sch: s_tir.Schedule, writeback):
+    """The epilogue of ``writeback`` that cannot be inlined into it, as one block to compute
+    in the same parallel tile (``reverse_compute_at``): the consumer that stops
+    :func:`inline_epilogue_chain`, with its own consumer chain inlined into it. Returns
+    ``(True, None)`` when the whole epilogue was inlined, ``(True, block)`` for such a tail,
+    ``(False, None)`` when the epilogue is neither (several consumers, a reduction)."""
+    rest = inline_epilogue_chain(sch, writeback)
+    if not rest:
+        return True, None
+    if len(rest) != 1:
+        return False, None
+    tail = rest[0]
+    if not is_injective(sch, tail) or sch.get(tail).init is not None:
+        return False, None
+    if any(not sch.get(p).same_as(sch.get(writeback)) for p in sch.get_producers(tail)):
+        return False, None
+    if inline_epilogue_chain(sch, tail):
+        return False, None
+    return True, tail
 
 
 def split_divisible(extent: int, wanted: int) -> int:

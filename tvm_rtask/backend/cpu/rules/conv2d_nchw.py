@@ -35,9 +35,9 @@ from tvm.target import Target
 
 from .base import (
     CPUScheduleRule,
+    epilogue_tail,
     extent_of,
     float32_reduction,
-    inline_epilogue,
     loop_var_of,
     overlap_last_tile,
     split_producers,
@@ -128,6 +128,30 @@ def register_tile(
             if key > best_key:
                 best, best_key = (fi, yr), key
     return best
+
+
+def _tail_in_tile(sch: s_tir.Schedule, tail, par, lanes: int) -> bool:
+    """The epilogue left after the write-back (``epilogue_tail``: e.g. the multiply by a
+    squeeze-and-excitation scale, read at ``[n, c, 0, 0]`` and broadcast over the pixels)
+    computed in the parallel tile that makes its input. Its pixel loops (the last two) are
+    fused and vectorized when whole vectors divide them, else left to LLVM's loop
+    vectorizer (a vector across two channels would gather the per-channel scale). False
+    when TVM cannot place it there."""
+    try:
+        sch.reverse_compute_at(tail, par, preserve_unit_loops=True)
+    except s_tir.ScheduleError:
+        return False
+    loops = sch.get_loops(tail)
+    below = loops[[sch.get(lp).same_as(sch.get(par)) for lp in loops].index(True) + 1 :]
+    if not below:
+        return True
+    pixels = below[-2:] if len(below) >= 3 else below[-1:]
+    inner = sch.fuse(*pixels) if len(pixels) > 1 else pixels[0]
+    extent = extent_of(sch, inner)
+    if extent is not None and extent % lanes == 0:
+        _, vec = sch.split(inner, [None, lanes])
+        sch.vectorize(vec)
+    return True
 
 
 class Conv2dNCHW(CPUScheduleRule):
@@ -235,7 +259,8 @@ class Conv2dNCHW(CPUScheduleRule):
                 pad_value=0.0,  # an odd width leaves one unused column in a phase
             )
         acc = sch.cache_write(conv, 0, "local")
-        if not inline_epilogue(sch, acc):
+        handled, tail = epilogue_tail(sch, acc)
+        if not handled:
             return None
         if flat:
             sch.transform_layout(
@@ -248,6 +273,8 @@ class Conv2dNCHW(CPUScheduleRule):
         par = sch.fuse(*outer[:3]) if rows_made and self.pad_once else sch.fuse(*outer)
         for pad in pads:
             sch.compute_at(pad, par, preserve_unit_loops=True)
+        if tail is not None and not _tail_in_tile(sch, tail, par, lanes):
+            return None
         # vectorize and parallelize before decompose_reduction: TVM 0.27 refuses to vectorize
         # or parallelize a loop over the update block once its init is split off ("does not
         # have compact dataflow")
