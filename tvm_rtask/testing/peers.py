@@ -723,7 +723,10 @@ def cell(record: dict, base: float | None) -> str:
     if "error" in record:
         return "wrong result" if record["error"].startswith("wrong") else "failed"
     text = f"{_ms(record['median_ms'])} ({_ms(record['p10_ms'])}-{_ms(record['p90_ms'])})"
-    return text + (f", {record['median_ms'] / base:.2f}" if base else "")
+    if not base:
+        return text
+    ratio = record["median_ms"] / base
+    return text + (f", {ratio:.2f}" if ratio < 10 else f", {ratio:.0f}")
 
 
 def markdown(results: dict, source: str) -> str:
@@ -758,7 +761,8 @@ def markdown(results: dict, source: str) -> str:
             base = runs.get("onnxruntime", {}).get("median_ms")
             cells.append(cell(runs[name], base) if name in runs else "")
         lines.append(f"| {label(name)} | " + " | ".join(cells) + " |")
-    lines += [""] + [summary(m, results["models"][m], threads) for m in models]
+    for m in models:  # a paragraph each
+        lines += ["", summary(m, results["models"][m], threads)]
     lines += ["", compile_table(results)]
     note = busy_note(results)
     if note:
