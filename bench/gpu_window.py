@@ -155,7 +155,41 @@ def _run(ex, inputs: dict, dev):
 
 
 # -- step 1's worker: one model -----------------------------------------------------------------
-def numerics_worker(spec: str, gpu: bool, out: Path) -> int:
+def _harness_builds(spec: str, exe_cache: str):
+    """Step 1's three builds of a zoo model made as step 2's harness makes them (TVM default,
+    ``wavefront_counter``, ``wavefront_cuda_graph``: the defaults on CUDA), into the
+    harness's executable cache, so that step 2 loads them instead of compiling them again."""
+    from harness import ModelContext, all_configurations, build_executable, source_hash
+    from records import model_id
+
+    name = spec.split(":")[1]
+    ctx = ModelContext(
+        {
+            "model": name,
+            "batch": 1,
+            "reduced": False,
+            "overrides": {},
+            "target": "cuda",
+            "arch": TARGET["arch"],
+            "model_id": model_id(name, 1, False, {}),
+            "threads": 1,
+            "cache_dir": exe_cache,
+            "source_hash": source_hash(),
+        }
+    )
+    known = {c["name"]: c for c in all_configurations("cuda")}
+    times: dict = {}
+
+    def build(config: str):
+        entry: dict = {}
+        ex = build_executable(known[config], ctx, entry)
+        times[config] = entry.get("compile_s")
+        return ex
+
+    return ctx, build, times
+
+
+def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = None) -> int:
     """TVM's default build and tvm-rtask's default build of ``spec`` on the same inputs; on a
     GPU also the default build under a CUDA graph, replayed; one JSON line to ``out``."""
     import tvm
@@ -174,19 +208,32 @@ def numerics_worker(spec: str, gpu: bool, out: Path) -> int:
         target = _target(gpu)
         dev = tvm.cuda(0) if gpu else tvm.cpu()
         compile_cache.install_compile_callback()
+
+        def plain_graph_build():
+            with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+                return tvm_rtask.compile(mod, target)
+
+        builds = {
+            "tvm_default": lambda: tvm.compile(mod, target=target),
+            "wavefront_counter": lambda: tvm_rtask.compile(mod, target if gpu else "llvm"),
+            "wavefront_cuda_graph": plain_graph_build,
+        }
+        if gpu and exe_cache and spec.startswith("zoo:"):
+            _, build, times = _harness_builds(spec, exe_cache)
+            rec["builds"] = "harness executable cache (shared with step 2)"
+            builds = {name: (lambda n=name: build(n)) for name in builds}
         t = time.perf_counter()
-        reference_ex = tvm.compile(mod, target=target)
+        reference_ex = builds["tvm_default"]()
         rec["tvm_compile_s"] = round(time.perf_counter() - t, 2)
         _, _, reference = _run(reference_ex, inputs, dev)
         t = time.perf_counter()
-        ex = tvm_rtask.compile(mod, target if gpu else "llvm")
+        ex = builds["wavefront_counter"]()
         rec["rtask_compile_s"] = round(time.perf_counter() - t, 2)
         _, _, actual = _run(ex, inputs, dev)
         rec["rel_err"] = max_relative_error(actual, reference)
         rec["ok"] = rec["rel_err"] < TOLERANCE
         if gpu:
-            with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
-                graph_ex = tvm_rtask.compile(mod, target)
+            graph_ex = builds["wavefront_cuda_graph"]()
             vm, args, first = _run(graph_ex, inputs, dev)  # the capture
             worst, identical = max_relative_error(first, reference), True
             for _ in range(GRAPH_REPLAYS):
@@ -521,12 +568,9 @@ class Window:
         cmds = []
         if self.gpu_present:
             for spec in self.args.numerics:
-                cmds.append(
-                    (
-                        f"numerics-{_slug(spec)}",
-                        me + ["--numerics-worker", spec, "--worker-out", str(out)],
-                    )
-                )
+                worker = ["--numerics-worker", spec, "--worker-out", str(out)]
+                worker += ["--exe-cache", str(self.work / "exe-cache")]
+                cmds.append((f"numerics-{_slug(spec)}", me + worker))
             cmds.append(("numerics-timeout", me + ["--timeout-worker", "--worker-out", str(out)]))
         else:
             for spec in self.args.numerics:
@@ -1113,6 +1157,7 @@ def parse_args(argv):
     p.add_argument("--timeout-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--sanitize-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
+    p.add_argument("--exe-cache", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.since = args.since or time.time()
     args.work = args.work or (
@@ -1126,7 +1171,9 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.numerics_worker:
-        return numerics_worker(args.numerics_worker, not args.no_gpu, Path(args.worker_out))
+        return numerics_worker(
+            args.numerics_worker, not args.no_gpu, Path(args.worker_out), args.exe_cache
+        )
     if args.codegen_worker:
         return codegen_worker(args.codegen_worker, Path(args.worker_out))
     if args.timeout_worker:
