@@ -12,9 +12,8 @@ from .backend.cuda.source import cuda_source
 from .core import Plan
 from .errors import PlanError, run_keeping_errors
 from .options import RTaskOptions
-from .relax_passes import PLAN_ATTR, PlanRPrograms, RTaskPrepare, rtask_pipeline
-from .relax_passes.ios_merge import IOSOperatorMerge
-from .relax_passes.plan import plan_options
+from .relax_passes import PLAN_ATTR, rtask_pipeline
+from .relax_passes.pipeline import RTaskPipeline
 from .runtime import profiler as _profiler  # noqa: F401 - registers cost="measured"
 from .runtime.config import register_config_options
 
@@ -40,15 +39,7 @@ def plan(mod, target="llvm", policy: str | None = None, **options) -> Plan:
     with progress.importing(mod):
         mod = frontend.load(mod)
     target = as_target(target)
-    opts = _options(policy, None, options)
-    plan_options(opts, None, target)  # a bad option fails before any work
-    seq = tvm.transform.Sequential(
-        [
-            IOSOperatorMerge(target, **opts),
-            RTaskPrepare(opts.get("fusion"), target),
-            PlanRPrograms(target, **opts),
-        ]
-    )
+    seq = RTaskPipeline(target, ("prepare", "plan"), **_options(policy, None, options))
     with progress.pass_stages():
         planned = run_keeping_errors(seq, mod)
     result = Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)

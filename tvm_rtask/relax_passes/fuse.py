@@ -18,7 +18,7 @@ from tvm import relax
 
 from ..backend import as_target, get_backend
 from ..errors import remember_errors
-from ..options import resolve_options
+from ..options import RTaskOptions, resolve_options
 from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stitch import StitchFusion
@@ -118,14 +118,26 @@ def prepare_pipeline(fusion: str = "fuseops", device: str = "cpu") -> tvm.transf
 @tvm.transform.module_pass(opt_level=0, name="RTaskPrepare")
 class RTaskPrepare:
     """Legalize, annotate patterns, fold constants and fuse with the ``fusion`` option;
-    FusionStitching (``fusion="stitch"``) scores its patterns with ``target``'s device."""
+    FusionStitching (``fusion="stitch"``) scores its patterns with the device the options
+    name for ``target`` (``device=``, else the target's default).
 
-    def __init__(self, fusion: str | None = None, target="llvm") -> None:
-        self.fusion = fusion
+    ``options``: an :class:`RTaskOptions` already resolved (what the pipeline's phases pass);
+    otherwise ``fusion`` and any other option keywords (``device=``) are resolved with the
+    PassContext the pass runs in."""
+
+    def __init__(
+        self,
+        fusion: str | None = None,
+        target="llvm",
+        options: RTaskOptions | None = None,
+        **more,
+    ) -> None:
         self.target = as_target(target)
+        self.options = options
+        self.explicit = {"fusion": fusion, **more}
 
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        options = resolve_options({"fusion": self.fusion}, ctx.config)
+        options = self.options or resolve_options(self.explicit, ctx.config)
         device = get_backend(self.target).device_spec(options).name
         return prepare_pipeline(options.fusion, device)(mod)

@@ -84,7 +84,7 @@ class IOSOperatorMerge:
     def __init__(self, target="llvm", cost: CostModel | None = None, **options) -> None:
         self.target = as_target(target)
         self.cost = cost or AnalyticalCostModel()
-        self.options = options
+        self.options = options.pop("options", None) or options
         self.last_chosen: list[set[int]] = []
 
     @remember_errors
@@ -101,7 +101,7 @@ class IOSOperatorMerge:
         if not candidates:
             return mod
         tagged = _tag_candidates(mod, candidates)
-        prepared = RTaskPrepare(options.fusion, self.target)(tagged)
+        prepared = RTaskPrepare(target=self.target, options=options)(tagged)
         # this plan only gives the DP its graph and vDevice (it compares with self.cost):
         # cost="measured" would time the tagged copy's kernels for nothing
         planned = PlanRPrograms(self.target, options=replace(options, cost="analytical"))(prepared)
