@@ -17,6 +17,11 @@ import tvm
 STATUS_WORDS = 8
 
 
+# The sync words are a constant each VirtualMachine copies to the device when it is made
+# (docs/cuda-rkernel-notes.md, "Concurrent callers"): a fresh VM starts from clean words.
+_AFTER = "Make a new relax.VirtualMachine of the executable before calling it again."
+
+
 @tvm.register_global_func("tvm_rtask.check_status", override=True)
 def check_status(*sync_arrays) -> None:
     """Raise if any rProgram's status word reports a barrier timeout."""
@@ -30,16 +35,14 @@ def check_status(*sync_arrays) -> None:
                 f"vEU {status[1]} waited for operator {status[2]} of the rProgram (its index in "
                 f"the task table) to finish its {status[3]} rTasks ({status[4]} finished). "
                 "The plan waits for a task that never runs, or not all vEUs were co-resident; "
-                "raise spin_timeout_ms if a task is just slow. The executable must be reloaded "
-                "before it is used again."
+                "raise spin_timeout_ms if a task is just slow. " + _AFTER
             )
         if status[0] == 3:
             raise RuntimeError(
                 f"tvm_rtask: the vEU claim by SM timed out in persistent CUDA kernel {k}: block "
                 f"{status[1]} found no vEU left on its SM and waited for all {status[2]} blocks "
                 f"to start ({status[4]} started). Not all blocks were co-resident (another "
-                "kernel on the device?); cuda_veu_placement='block' takes no such wait. The "
-                "executable must be reloaded before it is used again."
+                "kernel on the device?); cuda_veu_placement='block' takes no such wait. " + _AFTER
             )
         if status[0] != 0:
             raise RuntimeError(
@@ -47,7 +50,7 @@ def check_status(*sync_arrays) -> None:
                 f"vEU {status[1]} waited for vEU {status[2]} to reach step {status[3]} "
                 f"(it reached {status[4]}). The plan waits for a task that never runs, or "
                 "not all vEUs were co-resident; raise spin_timeout_ms if a task is just slow. "
-                "The executable must be reloaded before it is used again."
+                + _AFTER
             )
 
 
