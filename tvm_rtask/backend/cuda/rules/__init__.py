@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 
-from tvm import s_tir, tirx
+from tvm import tirx
 from tvm.target import Target
 
+from ....tir.rules import try_rules
 from .base import ConvInfo, CUDAScheduleRule, analyse_conv, find_conv
 from .conv2d_nchw import Conv2dNCHW, Tile, choose_tile
 from .depthwise_conv2d_nchw import DepthwiseConv2dNCHW
@@ -42,22 +43,20 @@ def default_rules() -> list[CUDAScheduleRule]:
 
 
 def schedule_cuda_func(
-    func: tirx.PrimFunc, target: Target, rules: list[CUDAScheduleRule] | None = None
+    func: tirx.PrimFunc,
+    target: Target,
+    rules: list[CUDAScheduleRule] | None = None,
+    name: str | None = None,
 ) -> tirx.PrimFunc | None:
-    """``func`` scheduled by the first matching rule, marked ``tirx.is_scheduled`` and
-    :data:`RULE_ATTR` (the rule's name); None when no rule matches."""
-    for rule in default_rules() if rules is None else rules:
-        try:
-            sch = rule.apply(func, target, False)
-        except (s_tir.ScheduleError, ValueError, IndexError, AttributeError, AssertionError):
-            sch = None
-        if sch is None:
-            continue
-        scheduled = sch.mod["main"]
-        return scheduled.with_attr("tirx.is_scheduled", True).with_attr(
-            RULE_ATTR, type(rule).__name__
-        )
-    return None
+    """``func`` scheduled by the first rule that applies, marked ``tirx.is_scheduled`` and
+    :data:`RULE_ATTR` (the rule's name); None when none applies. Rules are tried by
+    :func:`tvm_rtask.tir.rules.try_rules`: a rule that raises is logged (``name``: the
+    operator's, for the log) and the next one is tried."""
+    found = try_rules(func, target, default_rules() if rules is None else rules, name)
+    if found is None:
+        return None
+    rule, scheduled = found
+    return scheduled.with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, type(rule).__name__)
 
 
 def rules_enabled() -> bool:

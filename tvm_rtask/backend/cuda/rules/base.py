@@ -208,7 +208,15 @@ def find_conv(sch: s_tir.Schedule) -> ConvInfo | None:
 
 def inline_epilogue(sch: s_tir.Schedule, writeback) -> bool:
     """Inline the injective consumers of ``writeback`` into it (bias, batch norm, relu),
-    as dlight's ``auto_inline_consumer_chain``; True when nothing is left after it."""
+    as dlight's ``auto_inline_consumer_chain``; True when nothing is left after it.
+
+    dlight tries each primitive under a bare ``except``, which also swallows TVM 0.27's
+    ``InternalError`` of ``reverse_compute_inline`` on a consumer that reads the write-back
+    broadcast (the squeeze-and-excitation multiply, issue 27): that epilogue is left, the
+    chain's assertion fails and the rule declines (dlight schedules the PrimFunc). The
+    CPU rules' stricter check (``tir.rules.can_reverse_inline``) is not used here: the
+    write-back of the implicit GEMM goes through ``reindex`` blocks whose indices are not
+    the consumer's iterators."""
     from tvm.s_tir.dlight.gpu.matmul import auto_inline_consumer_chain
 
     try:
