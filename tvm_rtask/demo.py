@@ -63,7 +63,7 @@ def print_results(results: dict) -> None:
     for model, entry in results["models"].items():
         print(
             f"\n{model}: median latency (p10-p90) over back-to-back warm calls, "
-            f"{results['threads']} threads, each runtime in its own process:"
+            f"{peers._threads(results['threads'])}, each runtime in its own process:"
         )
         base = entry["runtimes"].get("onnxruntime", {}).get("median_ms")
         for name, record in entry["runtimes"].items():

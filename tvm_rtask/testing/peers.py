@@ -170,6 +170,14 @@ def cpu_sample() -> dict | None:
         return None
 
 
+def os_threads() -> int | None:
+    """Threads of this process (Linux), the calling one included."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
 def contention(before: dict | None, after: dict | None) -> dict:
     """Between two :func:`cpu_sample` snapshots: ``other_cores``, the cores other processes
     kept busy on average (0 on a quiet machine), and ``wait_threads``, this process's threads
@@ -489,6 +497,7 @@ def run_worker(spec: dict) -> dict:
     record["warmup"] = spec["warmup"]
     record["load_average"] = [load_before, load_average()]
     record.update(contention(before, cpu_sample()))
+    record["os_threads"] = os_threads()  # of this process, while it ran: its runtime's only
     return record
 
 
@@ -640,6 +649,10 @@ SHORT = {
 }
 
 
+def _threads(n: int) -> str:
+    return "1 thread" if n == 1 else f"{n} threads"
+
+
 def relation(a: float, b: float) -> str:
     """How a latency ``a`` compares with ``b``: "1.5x slower than", "2.0x faster than" or
     "as fast as (within 5%)"."""
@@ -658,7 +671,7 @@ def summary(model: str, entry: dict, threads: int) -> str:
     if ms:
         fastest = min(ms, key=ms.get)
         sentences.append(
-            f"{model}, {threads} threads: the fastest is {SHORT.get(fastest, fastest)} "
+            f"{model}, {_threads(threads)}: the fastest is {SHORT.get(fastest, fastest)} "
             f"({_ms(ms[fastest])} ms)."
         )
     else:
@@ -743,7 +756,7 @@ def markdown(results: dict, source: str) -> str:
             "",
         ]
     lines += [
-        f"`{results['command']}` on {results['date'][:10]}: batch 1, {threads} threads for "
+        f"`{results['command']}` on {results['date'][:10]}: batch 1, {_threads(threads)} for "
         f"every runtime on {results['cpu']} ({results['cores']} cores), each runtime warm in "
         f"its own process, median (p10-p90) of {count} back-to-back calls after "
         f"{results['warmup']} warm-up calls, {results['weights']} weights, every output checked "
