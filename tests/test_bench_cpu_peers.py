@@ -109,6 +109,7 @@ def test_a_wrong_result_is_recorded_not_timed(tmp_path):
     record = peers.run_one(spec)  # in its own process: writes the reference, then times
     assert record["reference"] is True and record["relative_error"] == 0
     assert record["n"] == 2 and record["settings"]["intra_op_num_threads"] == 1
+    assert record["os_threads"] >= 1 and record["other_cores"] is not None
 
 
 def test_markdown_renders_every_kind_of_record():
