@@ -74,7 +74,7 @@ def kernel_function(mod: tvm.IRModule, func_name: str, kernel_name: str) -> str:
     return alternative if alternative in names else func_name
 
 
-def _candidates(func, tuned, target=None) -> list[tuple]:
+def _candidates(func, tuned, target=None, name: str | None = None) -> list[tuple]:
     """(PrimFunc, measured us of one call, cores it was measured on), best first: the tuned
     schedules when the database has some, else the default schedule with no measurement
     (measured and analytical times are not comparable, so they are never mixed). The
@@ -86,7 +86,7 @@ def _candidates(func, tuned, target=None) -> list[tuple]:
     if target is not None:
         from .rules import schedule_cpu_func
 
-        scheduled = schedule_cpu_func(func, target)
+        scheduled = schedule_cpu_func(func, target, name=name)
         if scheduled is not None:
             return [(scheduled, None, 1)]
     return [(func, None, 1)]
@@ -177,7 +177,7 @@ class CPUBackend(Backend):
         def rkernels_for(name: str) -> list[RKernel]:
             if name not in cache:
                 variants: dict[int, RKernel] = {}
-                for func, us, cores in _candidates(mod[name], tuned, rule_target):
+                for func, us, cores in _candidates(mod[name], tuned, rule_target, name):
                     for limit in limits:
                         # a rule's schedule is cut along its parallel loop, like a record's
                         make = make_tuned_cpu_rkernel if is_rule_scheduled(func) else None

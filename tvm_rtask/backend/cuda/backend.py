@@ -132,7 +132,7 @@ def _schedule_all(mod: tvm.IRModule, target: Target, rules: bool) -> tvm.IRModul
     too)."""
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, tvm.tirx.PrimFunc):
-            mod[gvar] = schedule_for_cuda(func, target, rules=rules)
+            mod[gvar] = schedule_for_cuda(func, target, rules=rules, name=gvar.name_hint)
     return mod
 
 

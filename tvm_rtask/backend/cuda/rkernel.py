@@ -47,11 +47,17 @@ class CUDARKernel:
 
 
 def schedule_for_cuda(
-    func: tirx.PrimFunc, target: Target, fallback_only: bool = False, rules: bool | None = None
+    func: tirx.PrimFunc,
+    target: Target,
+    fallback_only: bool = False,
+    rules: bool | None = None,
+    name: str | None = None,
 ) -> tirx.PrimFunc:
     """dlight's default GPU schedules (Matmul, GEMV, Reduction, GeneralReduction, Fallback),
     after tvm-rtask's own CUDA rules (``backend/cuda/rules``: convolutions), which win where
     they match; ``rules`` (option ``cuda_rules``) False skips them, None is their default.
+
+    ``name`` (the operator's) names it when a rule fails and is logged.
 
     ``fallback_only`` uses dlight's Fallback rule alone: every thread reduces serially, so the
     kernel has no cross-thread reduction and can run in a vEU with more threads than it uses.
@@ -65,7 +71,7 @@ def schedule_for_cuda(
         return func
     if not fallback_only and (rules_enabled() if rules is None else rules):
         with target:
-            scheduled = schedule_cuda_func(func, target)
+            scheduled = schedule_cuda_func(func, target, name=name)
         if scheduled is not None:
             return scheduled
     mod = tvm.IRModule({"main": func})
