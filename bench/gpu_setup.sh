@@ -20,7 +20,8 @@ if [ ! -d /tmp/site/tvm ]; then
   fi
 fi
 if [ -f "$_gpu_b/prep.tar.xz" ] && [ ! -f /tmp/tvm-rtask-prep/manifest.json ]; then
-  mkdir -p /tmp/tvm-rtask-prep && tar -xJf "$_gpu_b/prep.tar.xz" -C /tmp/tvm-rtask-prep &&
+  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+    "$_gpu_b/prep.tar.xz" /tmp/tvm-rtask-prep &&
     _say "prepared builds unpacked into /tmp/tvm-rtask-prep"
 fi
 export PYTHONPATH=/tmp/site:$PWD

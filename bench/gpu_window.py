@@ -94,7 +94,7 @@ SMOKE_LATENCY = ["lstm_tc"]
 SMOKE_CONFIGS = ["tvm_default", "sequential", "wavefront_fine", "torch_eager"]
 SMOKE_CUDA_CODEGEN = "zoo:lstm_tc:smoke"
 # shares of the deadline at which steps 1, 2, 3 and 4 must end (the rest: step 5)
-STEP_ENDS = {"numerics": 0.30, "latency": 0.72, "where": 0.82, "profile": 0.93}
+STEP_ENDS = {"numerics": 0.35, "latency": 0.75, "where": 0.84, "profile": 0.94}
 DETAILS = "details.tar.gz"
 PACK_MANIFEST = "manifest.json"
 
@@ -594,7 +594,10 @@ class Window:
         cut = self.run_many(cmds, parallel, end)
         self.not_reached += [f"numerics {c}" for c in cut]
         recs = _read_jsonl(out)
+        packed = {b["model"]: b.get("inputs_sha") for b in self.manifest.get("builds", [])}
         for rec in recs:
+            if packed.get(rec.get("model")) and rec.get("inputs_sha"):
+                rec["inputs_match_pack"] = packed[rec["model"]] == rec["inputs_sha"]
             self.record(rec)
         self.steps["numerics"] = {
             "seconds": round(time.time() - t0, 1),
@@ -624,6 +627,9 @@ class Window:
         cmd += ["--results", str(self.out / "bench.jsonl"), "--out-dir", str(self.work)]
         cmd += ["--logs-dir", str(self.work / "bench.logs"), "--no-plot", "--fresh"]
         cmd += ["--deadline-at", str(end), "--timeout", str(self.args.config_timeout)]
+        # numerics are step 1's (1e-4 against TVM's build); here tvm_default is checked
+        # against ONNX Runtime on the CPU, which full-size models on a GPU may miss by more
+        cmd += ["--tolerance", "1e-3"] if gpu else []
         cmd += ["--cache-dir", str(self.work / "exe-cache")]
         t0 = time.time()
         status = self.run(cmd, "latency", end + 20)

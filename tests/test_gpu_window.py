@@ -47,6 +47,15 @@ def test_dry_run_without_a_gpu(tmp_path):
     if gpu_pack.shutil.which("nvcc"):
         assert codegen and codegen[0]["ok"], codegen
         assert codegen[0]["nvcc_cache"]["misses"] >= 1
+        # a second process (the device, after the pack) is answered by the cache alone
+        again = tmp_path / "again.jsonl"
+        subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "gpu_window.py"), "--codegen-worker",
+             gpu_window.SMOKE_CUDA_CODEGEN, "--worker-out", str(again)],
+            env=env, capture_output=True, timeout=300, check=True,
+        )  # fmt: skip
+        cache = json.loads(again.read_text())["nvcc_cache"]
+        assert cache["misses"] == 0 and cache["hits"] >= 1, cache
     bench = [json.loads(line) for line in (out / "bench.jsonl").read_text().splitlines()]
     timed = {r["config"] for r in bench if "median_ms" in r}
     assert {"tvm_default", "sequential"} <= timed, bench
