@@ -4,8 +4,13 @@ Usage::
 
     python bench/cpu_peers.py                                # every core, both light models
     python bench/cpu_peers.py --threads 1                    # one thread for every runtime
-    python bench/cpu_peers.py --models inception_v1 squeezenet resnext29 --repeat 50
+    python bench/cpu_peers.py --models inception_v1 resnet18 real:resnet50 zoo:resnext29
     python bench/cpu_peers.py --smoke                        # a quick check that it all runs
+
+Models: the light models of the onnx package (default ``inception_v1`` and ``squeezenet``),
+torchvision's architectures of ``tvm_rtask.models.real`` (``--size full`` or ``reduced``), the
+zoo of ``tvm_rtask.models``, looked up in that order (``light:``, ``real:``, ``zoo:`` in front
+of a name picks one), or ``.onnx`` files; every weight seeded (``--seed``).
 
 For every model and runtime, one fresh subprocess (no other runtime's threads alive in it):
 ONNX Runtime (CPUExecutionProvider: intra_op_num_threads = threads, inter_op 1,
@@ -70,7 +75,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"stop timing a runtime after this long (never under {peers.MIN_SAMPLES} calls)",
     )
     parser.add_argument("--seed", type=int, default=0, help="of the weights")
-    parser.add_argument("--size", type=int, default=None, help="image size of real models")
+    parser.add_argument(
+        "--size",
+        default="full",
+        help="of the real (torchvision) models: full (224x224, what a user runs) or reduced",
+    )
     parser.add_argument("--smoke", action="store_true", help=f"few calls ({SMOKE}): a check")
     parser.add_argument("--json", help="results file (default under bench/results/)")
     parser.add_argument("--timeout", type=float, default=peers.WORKER_TIMEOUT_S)

@@ -151,3 +151,14 @@ def test_markdown_renders_every_kind_of_record():
     text = peers.markdown(results, "x.json")
     assert text.startswith("**Smoke run, not a measurement**") and "Note: other processes" in text
     json.dumps(results)  # plain data
+
+
+def test_model_names_pick_their_kind():
+    light = peers.load_model("light:squeezenet")
+    assert light.graph.name and peers.load_model("squeezenet") == light
+    for bad in ("foo:bar", "no_such_model"):
+        with pytest.raises(SystemExit):
+            peers.load_model(bad)
+    if peers._real_loader() is not None:  # the torchvision architectures, where present
+        real = peers.load_model("real:resnet18", size="reduced")
+        assert real.graph.input[0].name == "input"

@@ -259,7 +259,8 @@ def target_label(target) -> str:
 
 # -- models ----------------------------------------------------------------------------------
 def _real_loader():
-    """``load_real_model`` of the real-model loader, where one exists in this checkout."""
+    """``load_real_model`` of the real-model loader (torchvision's architectures), where one
+    exists in this checkout."""
     import importlib
 
     for module in ("tvm_rtask.models.real", "tvm_rtask.testing.real_models"):
@@ -272,36 +273,46 @@ def _real_loader():
     return None
 
 
-def load_model(name: str, seed: int = 0, size: int | None = None):
-    """An ``onnx.ModelProto``: a light model of the onnx package with seeded weights
+KINDS = ("light", "real", "zoo")
+
+
+def load_model(name: str, seed: int = 0, size: str | None = None):
+    """An ``onnx.ModelProto`` with seeded weights: a light model of the onnx package
     (``inception_v1``, ``squeezenet``, ...), a real architecture of the real-model loader
-    (``load_real_model(name, size, seed)``, where that module exists), a model of the zoo
-    (``tvm_rtask.models``), or an ``.onnx`` file."""
+    (``load_real_model(name, size, seed)``, where that module exists; ``size``: its
+    ``"reduced"`` or ``"full"``), a model of the zoo (``tvm_rtask.models``), looked up in
+    that order, or an ``.onnx`` file. ``light:``, ``real:`` or ``zoo:`` in front of a name
+    picks the kind (``real:resnet50``: torchvision's, not the light one)."""
     import onnx
 
     if name.endswith(".onnx"):
         return onnx.load(name)
+    kind, _, bare = name.rpartition(":")
+    if kind and kind not in KINDS:
+        raise SystemExit(f"unknown model kind {kind!r} in {name!r}: one of {', '.join(KINDS)}")
     from tvm_rtask.testing.onnx_light import LIGHT_MODELS, load_light_model
 
-    if name in LIGHT_MODELS:
-        return load_light_model(name, seed=seed)
-    loader = _real_loader()
+    if kind in ("", "light") and bare in LIGHT_MODELS:
+        return load_light_model(bare, seed=seed)
+    loader = _real_loader() if kind in ("", "real") else None
     if loader is not None:
         params = inspect.signature(loader).parameters
         kwargs = {"seed": seed} if "seed" in params else {}
         if size is not None and "size" in params:
             kwargs["size"] = size
         try:
-            model = loader(name, **kwargs)
-        except (KeyError, ValueError, LookupError):
+            model = loader(bare, **kwargs)
+        except (KeyError, LookupError, ValueError):  # not one of its names (OptionError)
+            if kind == "real":
+                raise
             model = None
         if model is not None:
             model = model[0] if isinstance(model, tuple) else model
             return onnx.load(model) if isinstance(model, (str, Path)) else model
     from tvm_rtask import models
 
-    if name in models.names():
-        return models.onnx_model(name, seed=seed)
+    if kind in ("", "zoo") and bare in models.names():
+        return models.onnx_model(bare, seed=seed)
     raise SystemExit(f"unknown model {name!r}: not a light model, a real or zoo model, or .onnx")
 
 
@@ -569,7 +580,7 @@ def measure(
     repeat: int = 30,
     max_seconds: float | None = 20.0,
     seed: int = 0,
-    size: int | None = None,
+    size: str | None = None,
     command: str = "",
     progress=print,
     timeout: float = WORKER_TIMEOUT_S,
@@ -588,6 +599,7 @@ def measure(
         repeat=repeat,
         max_seconds=max_seconds,
         seed=seed,
+        real_model_size=size,  # of the real (torchvision) models among them, if any
         weights="seeded random",
         tolerance=TOLERANCE,
         models={},
