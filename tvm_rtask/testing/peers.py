@@ -484,7 +484,8 @@ def run_worker(spec: dict) -> dict:
         record["skipped"] = str(why)
         return record
     except Exception as err:  # recorded, the driver goes on with the next runtime
-        record["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
+        first = (str(err).strip().splitlines() or [""])[0]
+        record["error"] = f"{type(err).__name__}: {first[:300]}"
         record["traceback"] = traceback.format_exc()[-2000:]
         return record
     reference = Path(spec["reference"])
