@@ -27,8 +27,8 @@ from tvm_rtask.models.real import (
 from tvm_rtask.testing.onnx_light import assert_outputs_match, onnxruntime_outputs
 from tvm_rtask.testing.run import run_executable
 
-# compiled in CI: one of each family that compiles in seconds on 2 cores (the others: slow)
-IN_CI = ("resnet18", "mobilenet_v3_small", "vit_b_16")
+# compiled in CI (SE + hard-swish, attention): each 45-70 s on the loaded 2-core machine
+IN_CI = ("mobilenet_v3_small", "vit_b_16")
 
 
 def _case(name):
