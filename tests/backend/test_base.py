@@ -43,6 +43,55 @@ def test_cuda_options_on_llvm_are_refused(key, value):
         plan_options({key: value}, None, as_target("llvm"))
 
 
+@pytest.mark.parametrize(
+    "key, value", [("cuda_rules", True), ("cuda_body_functions", False), ("spills", "error")]
+)
+def test_every_option_of_another_backend_is_refused(key, value):
+    """The refusal comes from the owning backend's OPTIONS, not from a hand list."""
+    with pytest.raises(OptionError, match=f"{key} applies to CUDA targets only"):
+        plan_options({key: value}, None, as_target("llvm"))
+
+
+def test_target_specific_options_have_one_owner_each():
+    from tvm_rtask.backend.base import Backend
+    from tvm_rtask.backend.cpu.backend import CPUBackend
+    from tvm_rtask.backend.cuda.backend import CUDABackend
+
+    owned = [*CPUBackend.OPTIONS, *CUDABackend.OPTIONS]
+    assert len(owned) == len(set(owned))
+    known = {f.name for f in fields(RTaskOptions)}
+    assert set(owned) <= known
+    assert {k: c.__name__ for k, c in Backend._option_owners.items() if k in owned} == {
+        **{k: "CPUBackend" for k in CPUBackend.OPTIONS},
+        **{k: "CUDABackend" for k in CUDABackend.OPTIONS},
+    }
+
+
+def test_each_backend_parses_its_options_once_per_options_object():
+    backend = get_backend("cuda")
+    options = resolve_options({"cuda_threads": 128})
+    parsed = backend.options_for(options)
+    assert parsed.threads == 128 and backend.options_for(options) is parsed
+    other = resolve_options({"cuda_threads": 256})
+    assert backend.options_for(other).threads == 256
+    assert get_backend("llvm").options_for(resolve_options({"barrier": "global"})).barrier == (
+        "global"
+    )
+
+
+def test_a_backend_must_implement_the_abstract_methods():
+    from tvm_rtask.backend.base import Backend
+
+    class Partial(Backend):
+        name = "partial"
+
+        def device(self):
+            return None
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial(as_target("llvm"))
+
+
 def test_policy_options_reach_the_policy():
     options = resolve_options({"policy": "ios", "r": 2, "s": 4})
     assert options.policy_options == {"r": 2, "s": 4}

@@ -120,12 +120,12 @@ def test_llvm_standalone_rkernel_is_the_rkernel_itself():
     target = as_target("llvm")
     backend = get_backend(target)
     prepared = RTaskPrepare(None, target)(two_branch_module())
-    mod, rkernels_for, vdevice = backend.make_rkernels(prepared.clone(), resolve_options({}))
-    graph = RGraph(extract_graph(mod, rkernels_for).operators)
+    mod, maker = backend.make_rkernels(prepared.clone(), resolve_options({}))
+    graph = RGraph(extract_graph(mod, maker).operators)
     for op in graph:
         for k in op.rkernels:
             func, blocks, concurrent = backend.standalone_rkernel(
-                mod, rkernels_for, op.func, k, vdevice()
+                mod, maker, op.func, k, maker.vdevice()
             )
             assert (blocks, concurrent) == (k.num_rtasks, 1)
             assert func.same_as(mod[op.func]) == (k is op.rkernels[0])
@@ -142,13 +142,13 @@ def test_cuda_standalone_rkernel_builds_without_a_gpu():
     target = as_target({"kind": "cuda", "arch": "sm_90"})
     backend = get_backend(target)
     prepared = RTaskPrepare(None, target)(two_branch_module())
-    mod, rkernels_for, vdevice = backend.make_rkernels(prepared.clone(), resolve_options({}))
-    graph = RGraph(extract_graph(mod, rkernels_for).operators)
-    vd = vdevice()
+    mod, maker = backend.make_rkernels(prepared.clone(), resolve_options({}))
+    graph = RGraph(extract_graph(mod, maker).operators)
+    vd = maker.vdevice()
     kernels = [(op, k) for op in graph if op.supported for k in op.rkernels]
     assert kernels
     for op, k in kernels:
-        func, blocks, concurrent = backend.standalone_rkernel(mod, rkernels_for, op.func, k, vd)
+        func, blocks, concurrent = backend.standalone_rkernel(mod, maker, op.func, k, vd)
         assert blocks >= k.num_rtasks and 0 < concurrent <= vd.spec.num_sms * 32
         assert "rtask_id" not in [p.name for p in func.params]
         lib = tvm.compile(tvm.IRModule({"main": func}), target=target)

@@ -9,14 +9,14 @@ the backend instead of testing the kind. ``docs/adding-a-backend.md`` walks thro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import tvm
 from tvm.target import Target
 
-from ..core import DeviceSpec, Plan, RProgram, VDevice
+from ..core import DeviceSpec, Plan, RKernel, RProgram, VDevice
 from ..errors import OptionError
 from ..options import RTaskOptions
 from ..tir.common import TensorDecl
@@ -35,25 +35,104 @@ class ProgramIO:
     constant_values: dict[str, Any] = field(default_factory=dict)
 
 
-class Backend:
-    """One target kind. Subclasses implement every method; the driver knows no target.
+@dataclass
+class LoweredProgram:
+    """What :meth:`Backend.lower_program` makes of one rProgram, for ``LowerRPrograms``."""
 
-    A backend is built per target (``get_backend(target)``); ``options`` methods take the
-    resolved :class:`RTaskOptions` and read only the fields they understand.
+    # the persistent PrimFunc
+    func: tvm.tirx.PrimFunc
+    # the constants it takes after the program's inputs (Relax constants)
+    constants: list = field(default_factory=list)
+    # what it returns: the program's outputs by name first (``io.outputs`` order), then any
+    # further tensor Relax must allocate for it, by name (a workspace) or as a TensorDecl of
+    # a buffer of its own (an arena)
+    results: list = field(default_factory=list)
+    # the inputs the call passes, in order (before the constants); None: every input. A
+    # backend that folded constant inputs into constants of its own leaves them out
+    call_inputs: list[str] | None = None
+    # functions the PrimFunc calls by name; each joins the module once per name (CUDA:
+    # rKernel bodies as device functions, shared by rPrograms)
+    callees: dict[str, tvm.tirx.PrimFunc] = field(default_factory=dict)
+
+
+class RKernelMaker(ABC):
+    """What :meth:`Backend.make_rkernels` hands the planner: ``maker(func_name)`` adds the
+    operator's rKernels to the module (``extract_graph`` calls it) and returns them, or
+    raises ``UnsupportedOperator``; ``maker.vdevice()`` is the vDevice once every rKernel
+    is made (CUDA sizes vEUs from the largest)."""
+
+    # whether an operator with several outputs may become an rKernel
+    multi_output: ClassVar[bool] = True
+
+    @abstractmethod
+    def __call__(self, func_name: str) -> list[RKernel]: ...
+
+    @abstractmethod
+    def vdevice(self) -> VDevice: ...
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """A backend's own options with its defaults filled in (Triton's ``CUDAOptions``):
+    parsed once from the resolved :class:`RTaskOptions` by :meth:`Backend.parse_options`."""
+
+
+class Backend(ABC):
+    """One target kind: the abstract methods are what a new target implements; the driver
+    knows no target.
+
+    A backend is built per target (``get_backend(target)``). Methods take the resolved
+    :class:`RTaskOptions`; the fields only this backend reads (:attr:`OPTIONS`) are parsed
+    once per options object into its own :class:`TargetOptions` (:meth:`options_for`).
     """
 
     name: ClassVar[str] = ""
+    label: ClassVar[str] = ""  # how messages name the targets (``"CUDA"``, ``"llvm"``)
     target_kinds: ClassVar[tuple[str, ...]] = ()
     needs_host: ClassVar[bool] = False  # device code: the target gets an llvm host
     rkernels_run_standalone: ClassVar[bool] = False  # an rKernel is a callable PrimFunc
+    # the RTaskOptions fields that only this backend reads: set for another target, they
+    # are refused there (OptionError), never silently ignored
+    OPTIONS: ClassVar[tuple[str, ...]] = ()
+    _option_owners: ClassVar[dict[str, type[Backend]]] = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for key in cls.__dict__.get("OPTIONS", ()):
+            Backend._option_owners[key] = cls
 
     def __init__(self, target: Target) -> None:
         self.target = target
+        self._parsed: tuple[RTaskOptions, TargetOptions] | None = None
+
+    @classmethod
+    def resolve_target(cls, target: Target) -> Target:
+        """The concrete target ``as_target`` hands on (the CPU backend names the host's
+        CPU for ``mcpu: "native"``); by default ``target`` itself."""
+        return target
 
     # -- options ---------------------------------------------------------------------------
     def check_options(self, options: RTaskOptions) -> None:
-        """Raise OptionError for an option that does not apply to this target."""
-        raise NotImplementedError
+        """Raise OptionError for an option that does not apply to this target: another
+        backend's own option that is set, or a value :meth:`parse_options` refuses."""
+        for key, owner in Backend._option_owners.items():
+            if getattr(options, key) is not None and not isinstance(self, owner):
+                raise OptionError(
+                    f"option {key} applies to {owner.label} targets only, not to "
+                    f"{self.target.kind.name}"
+                )
+        self.options_for(options)
+
+    @abstractmethod
+    def parse_options(self, options: RTaskOptions) -> TargetOptions:
+        """This backend's options from ``options``, defaults filled in; OptionError for a
+        value it cannot take."""
+
+    def options_for(self, options: RTaskOptions) -> TargetOptions:
+        """:meth:`parse_options`, once per options object."""
+        if self._parsed is None or self._parsed[0] is not options:
+            self._parsed = (options, self.parse_options(options))
+        return self._parsed[1]
 
     def barrier(self, options: RTaskOptions) -> str:
         """How the rPrograms' waits are implemented, ``options.barrier`` or the default."""
@@ -64,17 +143,17 @@ class Backend:
         for ``barrier="counter"``, else their step barriers."""
         return "counters" if self.barrier(options) == "counter" else "steps"
 
+    @abstractmethod
     def device_spec(self, options: RTaskOptions) -> DeviceSpec:
         """The device table entry that scores plans and fusion patterns for this target."""
-        raise NotImplementedError
 
+    @abstractmethod
     def program_limits(self, options: RTaskOptions) -> dict[str, int]:
         """rProgram size limits (``schedule/limits.py``): the user's or this target's."""
-        raise NotImplementedError
 
+    @abstractmethod
     def device(self):
         """The TVM device this target runs on (OptionError when none is present)."""
-        raise NotImplementedError
 
     def host_fingerprint(self) -> str:
         """What besides the target decides a measured time (a CPU's model and cores), for
@@ -91,39 +170,29 @@ class Backend:
         return self.target
 
     # -- planning --------------------------------------------------------------------------
+    @abstractmethod
     def make_rkernels(
         self, mod: tvm.IRModule, options: RTaskOptions
-    ) -> tuple[tvm.IRModule, Callable, Callable[[], VDevice]]:
-        """Prepare ``mod`` (schedule its PrimFuncs) and return ``(mod, rkernels_for,
-        vdevice)``: ``rkernels_for(func_name) -> [RKernel]`` adds the rKernels to ``mod``
-        (``extract_graph`` calls it), ``vdevice()`` is the vDevice once it has run."""
-        raise NotImplementedError
+    ) -> tuple[tvm.IRModule, RKernelMaker]:
+        """Prepare ``mod`` (schedule its PrimFuncs) and return it with the
+        :class:`RKernelMaker` that adds each operator's rKernels to it."""
 
     def standalone_rkernel(
-        self, mod: tvm.IRModule, rkernels_for: Callable, func_name: str, kernel, vdevice: VDevice
+        self, mod: tvm.IRModule, maker: RKernelMaker, func_name: str, kernel, vdevice: VDevice
     ) -> tuple[tvm.tirx.PrimFunc, int, int]:
         """What times rKernel ``kernel`` of ``func_name`` alone (``runtime.profiler``):
         ``(PrimFunc, blocks, concurrent)``, a callable PrimFunc that runs all its rTasks as
         one ordinary call, made of ``blocks`` units of work (rTasks, or thread blocks when
         an rTask groups several) of which ``concurrent`` run at once. ``mod`` and
-        ``rkernels_for`` are what :meth:`make_rkernels` returned."""
+        ``maker`` are what :meth:`make_rkernels` returned."""
         raise OptionError(f"the {self.name} backend cannot time its rKernels alone")
 
     # -- lowering --------------------------------------------------------------------------
+    @abstractmethod
     def lower_program(
         self, program: RProgram, plan: Plan, options: RTaskOptions, mod: tvm.IRModule, io: ProgramIO
-    ) -> tuple[tvm.tirx.PrimFunc, list, list[str]]:
-        """The persistent PrimFunc of one rProgram, the constant inputs it takes after the
-        program's inputs, and what it returns: the names of the program's outputs first (in
-        ``io.outputs`` order), then any further tensor Relax must allocate for it, by name
-        (a workspace) or as a ``TensorDecl`` of a buffer of its own (e.g. an arena).
-
-        A fourth element, when returned, lists the inputs the call passes (in order, before
-        the constants): a backend that folded constant inputs (``io.constant_values``) into
-        its own constants leaves them out; without it every input is passed. A fifth, the
-        functions the PrimFunc calls by name (``{name: PrimFunc}``), joins the module once
-        per name (CUDA: rKernel bodies as device functions, shared by rPrograms)."""
-        raise NotImplementedError
+    ) -> LoweredProgram:
+        """The persistent PrimFunc of one rProgram and how ``main`` calls it."""
 
     def record_set(self, options: RTaskOptions) -> str | None:
         """The shipped tuned-record set (``records/shipped/<name>``) that fits this target,
@@ -144,9 +213,9 @@ class Backend:
         return None
 
     # -- building --------------------------------------------------------------------------
+    @abstractmethod
     def build(self, lowered: tvm.IRModule, plan: Plan, options: RTaskOptions):
         """The Relax executable of a lowered module."""
-        raise NotImplementedError
 
 
 def load_tuned(db: str | bool | None, kind: str):

@@ -39,8 +39,8 @@ NATIVE_LLVM = "llvm-native"
 def as_target(target) -> Target:
     """A Target from a string, a dict or a Target (bare ``"cuda"`` means sm_90, with an llvm
     host: a bare ``Target("cuda")`` defaults to sm_50, which CUDA 13 cannot build;
-    ``"llvm-native"`` means llvm for this machine's CPU). A backend with a
-    ``resolve_target`` hook then makes the target concrete (the CPU backend replaces
+    ``"llvm-native"`` means llvm for this machine's CPU). The backend's
+    ``resolve_target`` then makes the target concrete (the CPU backend replaces
     ``mcpu: "native"`` by the host CPU's name)."""
     if isinstance(target, Target):
         result = target
@@ -67,8 +67,7 @@ def as_target(target) -> Target:
         )
     if result.host is None and _REGISTRY[kind].needs_host:
         result = Target(result.export(), host="llvm")
-    resolve = getattr(_REGISTRY[kind], "resolve_target", None)
-    return result if resolve is None else resolve(result)
+    return _REGISTRY[kind].resolve_target(result)
 
 
 def get_backend(target) -> Backend:

@@ -65,13 +65,14 @@ def _lower_program(
             t: tensors[t].value.numpy() for t in inputs if isinstance(tensors[t], Constant)
         },
     )
-    func, constants, results, *rest = backend.lower_program(program, plan, options, mod, io)
-    passed = rest[:1]
-    for name, helper in (rest[1] if len(rest) > 1 else {}).items():
+    lowered = backend.lower_program(program, plan, options, mod, io)
+    for name, callee in lowered.callees.items():
         if not any(gv.name_hint == name for gv in builder.get().get_global_vars()):
-            builder.add_func(helper, name)
-    gvar = builder.add_func(func, f"rprogram_{k}")
-    args = relax.Tuple([*(tensors[t] for t in (passed[0] if passed else inputs)), *constants])
+            builder.add_func(callee, name)
+    gvar = builder.add_func(lowered.func, f"rprogram_{k}")
+    passed = inputs if lowered.call_inputs is None else lowered.call_inputs
+    args = relax.Tuple([*(tensors[t] for t in passed), *lowered.constants])
+    results = lowered.results
     if len(results) == 1:
         value = relax.op.call_tir(gvar, args, tensors[results[0]].ty)
         return [relax.VarBinding(tensors[results[0]], value)]

@@ -68,10 +68,10 @@ class PlanRPrograms:
         backend = get_backend(self.target)
         # Work on a copy: rKernels replace or join functions, and a pass must leave its input
         # module as it was (planning one module under two policies must work).
-        mod, rkernels_for, vdevice = backend.make_rkernels(mod.clone(), options)
-        extracted = extract_graph(mod, rkernels_for)
+        mod, maker = backend.make_rkernels(mod.clone(), options)
+        extracted = extract_graph(mod, maker)
         graph = RGraph(extracted.operators)
-        vdev = vdevice()
+        vdev = maker.vdevice()
         measured = None
         if options.cost == "measured":  # every rKernel timed on the device present (cached)
             resolver = COST_RESOLVERS.get("measured")
@@ -80,7 +80,7 @@ class PlanRPrograms:
                     "cost='measured' is timed by tvm_rtask.runtime.profiler: import it (as "
                     "tvm_rtask.compile and plan do) before running PlanRPrograms"
                 )
-            cost, measured = resolver(mod, rkernels_for, graph, vdev, options, self.target)
+            cost, measured = resolver(mod, maker, graph, vdev, options, self.target)
         else:
             cost = options.cost_model()
         plan = make_plan(

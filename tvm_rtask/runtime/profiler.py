@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backend import as_target, get_backend
+from ..backend.base import RKernelMaker
 from ..backend.cpu.threads import cpu_model_name  # noqa: F401 - part of this module's API
 from ..core import Plan, RGraph, RKernel, ROperator, VDevice
 from ..schedule.cost import CalibratedCostModel, calibrate, register_cost_resolver
@@ -205,7 +206,7 @@ class ModelProfile:
 
 def measure_rkernels(
     mod,
-    rkernels_for,
+    maker,
     graph: RGraph,
     vdevice: VDevice,
     profiler: RKernelProfiler,
@@ -213,7 +214,7 @@ def measure_rkernels(
 ) -> tuple[list[Measurement], list[tuple[ROperator, RKernel, float]]]:
     """Time every distinct rKernel of ``graph`` (every variant, or each operator's first)
     alone as its backend runs it (``Backend.standalone_rkernel``); ``mod`` and
-    ``rkernels_for`` are what ``make_rkernels`` returned. Returns the measurements (one per
+    ``maker`` are what ``make_rkernels`` returned. Returns the measurements (one per
     rKernel) and one ``(operator, rKernel, us per rTask)`` sample per operator and rKernel."""
     backend = profiler.backend
     done: dict[str, Measurement] = {}
@@ -224,7 +225,7 @@ def measure_rkernels(
         for kernel in op.rkernels if all_variants else op.rkernels[:1]:
             if kernel.name not in done:
                 func, blocks, concurrent = backend.standalone_rkernel(
-                    mod, rkernels_for, op.func, kernel, vdevice
+                    mod, maker, op.func, kernel, vdevice
                 )
                 done[kernel.name] = profiler.measure(
                     func, kernel.num_rtasks, kernel.name, concurrent, blocks
@@ -235,7 +236,7 @@ def measure_rkernels(
 
 def measure_model(
     mod,
-    rkernels_for,
+    maker,
     graph: RGraph,
     vdevice: VDevice,
     options,
@@ -247,7 +248,7 @@ def measure_model(
     ``options``' barrier), fitted into one :class:`CalibratedCostModel`."""
     from .sync_bench import sync_benchmark
 
-    measurements, samples = measure_rkernels(mod, rkernels_for, graph, vdevice, profiler)
+    measurements, samples = measure_rkernels(mod, maker, graph, vdevice, profiler)
     model = calibrate(samples, vdevice, widths=profiler.widths)
     model.prefer_measured = True  # timed here and now: wins over tuning records' est_us
     cost = None
@@ -285,16 +286,16 @@ def profile_model(
     profiler = RKernelProfiler(target, cache_dir=cache_dir, use_cache=use_cache, refresh=refresh)
     resolved = plan_options({**options, "cost": "analytical"}, None, profiler.target)
     prepared = RTaskPrepare(resolved.fusion, profiler.target)(frontend.load(mod))
-    prepared, rkernels_for, vdevice_of = profiler.backend.make_rkernels(prepared.clone(), resolved)
-    graph = RGraph(extract_graph(prepared, rkernels_for).operators)
-    return measure_model(prepared, rkernels_for, graph, vdevice_of(), resolved, profiler, sync)
+    prepared, maker = profiler.backend.make_rkernels(prepared.clone(), resolved)
+    graph = RGraph(extract_graph(prepared, maker).operators)
+    return measure_model(prepared, maker, graph, maker.vdevice(), resolved, profiler, sync)
 
 
-def measured_model_for(mod, rkernels_for, graph: RGraph, vdevice: VDevice, options, target):
+def measured_model_for(mod, maker, graph: RGraph, vdevice: VDevice, options, target):
     """``cost="measured"``: the cost model ``PlanRPrograms`` plans with, from the rKernels
     it has just made (cached measurements where ``$TVM_RTASK_CACHE`` has them, else timed
     now on the device present) and a short summary for ``Plan.options``."""
-    profile = measure_model(mod, rkernels_for, graph, vdevice, options, RKernelProfiler(target))
+    profile = measure_model(mod, maker, graph, vdevice, options, RKernelProfiler(target))
     summary = {
         "device": profile.device,
         "kernels": len(profile.measurements),
@@ -305,6 +306,21 @@ def measured_model_for(mod, rkernels_for, graph: RGraph, vdevice: VDevice, optio
     }
     return profile.model, summary
 
+
+
+class _FirstVariant(RKernelMaker):
+    """The most parallel rKernel of each operator only (it replaces the operator's PrimFunc
+    in the module), with the wrapped maker's traits."""
+
+    def __init__(self, maker: RKernelMaker) -> None:
+        self.maker = maker
+        self.multi_output = maker.multi_output
+
+    def __call__(self, name: str) -> list[RKernel]:
+        return self.maker(name)[:1]
+
+    def vdevice(self) -> VDevice:
+        return self.maker.vdevice()
 
 def profile_module(
     mod,
@@ -329,19 +345,10 @@ def profile_module(
     options = resolve_options({"num_veu": num_veu, "rtasks_per_veu": rtasks_per_veu})
     backend.check_options(options)
     prepared = RTaskPrepare(fusion, profiler.target)(frontend.load(mod))
-    prepared, rkernels_for, vdevice_of = backend.make_rkernels(prepared.clone(), options)
-    first: dict[str, RKernel] = {}
-
-    def first_rkernel(name: str) -> list[RKernel]:
-        # the most parallel variant only (it replaces ``name`` in the module)
-        if name not in first:
-            first[name] = rkernels_for(name)[0]
-        return [first[name]]
-
-    first_rkernel.__dict__.update(rkernels_for.__dict__)  # the backend's attributes
-    graph = RGraph(extract_graph(prepared, first_rkernel).operators)
-    vdevice = vdevice_of()
-    _, samples = measure_rkernels(prepared, rkernels_for, graph, vdevice, profiler, False)
+    prepared, maker = backend.make_rkernels(prepared.clone(), options)
+    graph = RGraph(extract_graph(prepared, _FirstVariant(maker)).operators)
+    vdevice = maker.vdevice()
+    _, samples = measure_rkernels(prepared, maker, graph, vdevice, profiler, False)
     return graph, vdevice, samples
 
 

@@ -105,9 +105,9 @@ def _prepare(mod, target, options):
 
     backend = get_backend(target)
     prepared = RTaskPrepare(options.fusion, target)(mod)
-    prepared, rkernels_for, vdevice_of = backend.make_rkernels(prepared.clone(), options)
-    graph = RGraph(extract_graph(prepared, rkernels_for).operators)
-    return prepared, graph, vdevice_of()
+    prepared, maker = backend.make_rkernels(prepared.clone(), options)
+    graph = RGraph(extract_graph(prepared, maker).operators)
+    return prepared, graph, maker.vdevice()
 
 
 def _kernel(op, num_veu: int):

@@ -355,6 +355,6 @@ COST_RESOLVERS: dict[str, Callable[..., tuple[CostModel, dict]]] = {}
 
 
 def register_cost_resolver(name: str, resolver: Callable[..., tuple[CostModel, dict]]) -> None:
-    """Make ``cost=name`` resolvable by ``PlanRPrograms``: ``resolver(mod, rkernels_for,
+    """Make ``cost=name`` resolvable by ``PlanRPrograms``: ``resolver(mod, maker,
     graph, vdevice, options, target)`` returns the cost model and a summary for the plan."""
     COST_RESOLVERS[name] = resolver

@@ -15,9 +15,7 @@ from tvm_rtask.relax_passes import RTaskPrepare
 def test_cpu_rules_option_decides(cpu_rules, monkeypatch):
     monkeypatch.setenv("TVM_RTASK_CPU_RULES", "0" if cpu_rules else "1")  # the option wins
     options = resolve_options({"num_veu": 2, "cpu_rules": cpu_rules})
-    mod, rkernels_for, _ = get_backend("llvm").make_rkernels(
-        RTaskPrepare()(TwoBranches).clone(), options
-    )
+    mod, maker = get_backend("llvm").make_rkernels(RTaskPrepare()(TwoBranches).clone(), options)
     conv = next(gv.name_hint for gv in mod.get_global_vars() if "conv2d" in gv.name_hint)
-    rkernels_for(conv)
+    maker(conv)
     assert is_rule_scheduled(mod[conv]) == cpu_rules

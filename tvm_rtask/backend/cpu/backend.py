@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import tvm
 from tvm.target import Target
@@ -10,7 +11,7 @@ from tvm.target import Target
 from ...core import RKernel, VDevice, cpu_spec
 from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
-from ..base import Backend, ProgramIO, load_tuned
+from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
 from . import host
 from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher
 from .rkernel import make_cpu_rkernel
@@ -23,18 +24,15 @@ from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 MAX_OPS_PER_PROGRAM = 64
 RTASKS_PER_VEU = 2
 VARIANT_INFIX = "_rk"
-# Options only the CUDA backend reads: set on llvm, they would be silently ignored.
-_CUDA_ONLY = (
-    "cuda_threads",
-    "spills",
-    "cuda_registers",
-    "device",
-    "check_status",
-    "verify_occupancy",
-    "cooperative_launch",
-    "cuda_body_functions",
-    "cuda_veu_placement",
-)
+
+
+@dataclass(frozen=True)
+class CPUOptions(TargetOptions):
+    """The llvm backend's options, defaults filled in."""
+
+    barrier: str  # "fine" (step arrays) or "global" (TVM's parallel barrier between waves)
+    rules: bool  # tvm-rtask's CPU schedule rules (option cpu_rules)
+    rtasks_per_veu: int  # an operator is cut into at most num_veu x this many rTasks
 
 
 def worker_capacity() -> int:
@@ -92,18 +90,73 @@ def _candidates(func, tuned, target=None, name: str | None = None) -> list[tuple
     return [(func, None, 1)]
 
 
+class CPURKernelMaker(RKernelMaker):
+    """Variants with distinct rTask counts, the first in place of the operator's PrimFunc
+    and the others beside it (``variant_function``).
+
+    Counts are tried from ``num_veu * rtasks_per_veu`` (fastest when alone) down to one
+    rTask (no split overhead, best when a wave already fills the vEUs); with tuning
+    records each record's parallel loop gives its own counts, and an rTask's time is the
+    record's time times the threads it ran on, divided among the rTasks.
+    """
+
+    def __init__(
+        self, mod: tvm.IRModule, vdevice: VDevice, tuned, rule_target, rtasks_per_veu: int
+    ) -> None:
+        self.mod = mod
+        self._vdevice = vdevice
+        self.tuned = tuned
+        self.rule_target = rule_target
+        max_rtasks = vdevice.num_veu * rtasks_per_veu
+        self.limits = sorted({max_rtasks, vdevice.num_veu, 1}, reverse=True)
+        self.cache: dict[str, list[RKernel]] = {}
+
+    def vdevice(self) -> VDevice:
+        return self._vdevice
+
+    def __call__(self, name: str) -> list[RKernel]:
+        if name not in self.cache:
+            self.cache[name] = self._variants(name)
+        return self.cache[name]
+
+    def _variants(self, name: str) -> list[RKernel]:
+        from .rules import is_rule_scheduled
+
+        mod = self.mod
+        variants: dict[int, RKernel] = {}
+        for func, us, cores in _candidates(mod[name], self.tuned, self.rule_target, name):
+            for limit in self.limits:
+                # a rule's schedule is cut along its parallel loop, like a record's
+                make = make_tuned_cpu_rkernel if is_rule_scheduled(func) else None
+                kernel = (make or make_cpu_rkernel)(func, limit)
+                n = kernel.num_rtasks
+                if n in variants:
+                    continue
+                if not variants:
+                    mod[name] = kernel.func
+                else:
+                    mod[variant_function(name, n)] = kernel.func
+                est = None
+                if us is not None:
+                    est = us * min(cores, max(outer_parallel_extent(func), 1)) / n
+                variants[n] = RKernel(name=f"{name}@{n}", num_rtasks=n, est_us=est)
+        return list(variants.values())
+
+
 class CPUBackend(Backend):
     """llvm: vEUs are worker threads; fine (step array) or global (parallel barrier) waits."""
 
     name = "cpu"
+    label = "llvm"
     target_kinds = ("llvm", "c")
     rkernels_run_standalone = True
+    OPTIONS = ("cpu_rules",)
 
     def device(self):
         return tvm.cpu(0)
 
-    @staticmethod
-    def resolve_target(target: Target) -> Target:
+    @classmethod
+    def resolve_target(cls, target: Target) -> Target:
         """``mcpu: "native"`` made the host CPU's name before anything plans
         (``host.resolve_target``; ``registry.as_target`` calls it)."""
         return host.resolve_target(target)
@@ -132,17 +185,22 @@ class CPUBackend(Backend):
             return None
         return "x86_64-avx2" if "avx2" in features else None
 
-    def check_options(self, options) -> None:
-        for key in _CUDA_ONLY:
-            if getattr(options, key) is not None:
-                raise OptionError(
-                    f"option {key} applies to CUDA targets only, not to {self.target.kind.name}"
-                )
+    def parse_options(self, options) -> CPUOptions:
         if options.barrier == "counter":
             raise OptionError(
                 "barrier='counter' (dependency counters) is implemented on CUDA only; on llvm "
                 "use barrier='fine' (step arrays, the default) or 'global'"
             )
+        from .rules import rules_enabled
+
+        return CPUOptions(
+            barrier=options.barrier or "fine",
+            rules=rules_enabled() if options.cpu_rules is None else options.cpu_rules,
+            rtasks_per_veu=options.rtasks_per_veu or RTASKS_PER_VEU,
+        )
+
+    def barrier(self, options) -> str:
+        return self.options_for(options).barrier
 
     def device_spec(self, options):
         return cpu_spec(options.num_veu or worker_capacity())
@@ -156,49 +214,15 @@ class CPUBackend(Backend):
         }
 
     def make_rkernels(self, mod, options):
-        """Variants with distinct rTask counts, the first in place of the operator's PrimFunc
-        and the others beside it (``variant_function``).
-
-        Counts are tried from ``num_veu * rtasks_per_veu`` (fastest when alone) down to one
-        rTask (no split overhead, best when a wave already fills the vEUs); with tuning
-        records each record's parallel loop gives its own counts, and an rTask's time is the
-        record's time times the threads it ran on, divided among the rTasks.
-        """
-        from .rules import is_rule_scheduled, rules_enabled
-
+        """The rKernel variants of every operator (:class:`CPURKernelMaker`), scheduled by
+        a tuning record, else the CPU rules where one matches (option ``cpu_rules``)."""
+        cpu = self.options_for(options)
         vdevice = cpu_vdevice(options.num_veu)
         tuned = load_tuned(options.db, "llvm")
-        use_rules = rules_enabled() if options.cpu_rules is None else options.cpu_rules
-        rule_target = self.target if use_rules else None
-        max_rtasks = vdevice.num_veu * (options.rtasks_per_veu or RTASKS_PER_VEU)
-        limits = sorted({max_rtasks, vdevice.num_veu, 1}, reverse=True)
-        cache: dict[str, list[RKernel]] = {}
+        rule_target = self.target if cpu.rules else None
+        return mod, CPURKernelMaker(mod, vdevice, tuned, rule_target, cpu.rtasks_per_veu)
 
-        def rkernels_for(name: str) -> list[RKernel]:
-            if name not in cache:
-                variants: dict[int, RKernel] = {}
-                for func, us, cores in _candidates(mod[name], tuned, rule_target, name):
-                    for limit in limits:
-                        # a rule's schedule is cut along its parallel loop, like a record's
-                        make = make_tuned_cpu_rkernel if is_rule_scheduled(func) else None
-                        kernel = (make or make_cpu_rkernel)(func, limit)
-                        n = kernel.num_rtasks
-                        if n in variants:
-                            continue
-                        if not variants:
-                            mod[name] = kernel.func
-                        else:
-                            mod[variant_function(name, n)] = kernel.func
-                        est = None
-                        if us is not None:
-                            est = us * min(cores, max(outer_parallel_extent(func), 1)) / n
-                        variants[n] = RKernel(name=f"{name}@{n}", num_rtasks=n, est_us=est)
-                cache[name] = list(variants.values())
-            return cache[name]
-
-        return mod, rkernels_for, lambda: vdevice
-
-    def standalone_rkernel(self, mod, rkernels_for, func_name, kernel, vdevice):
+    def standalone_rkernel(self, mod, maker, func_name, kernel, vdevice):
         """The rKernel's PrimFunc itself: called alone it runs its rTasks one after the
         other on the calling thread (one at a time)."""
         return mod[kernel_function(mod, func_name, kernel.name)], kernel.num_rtasks, 1
@@ -223,7 +247,7 @@ class CPUBackend(Backend):
             code.waves = waves_from_program(program)
         timeout_us = options.spin_timeout_ms * 1000
         func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us)
-        return func, [], [t.name for t in io.outputs]
+        return LoweredProgram(func, results=[t.name for t in io.outputs])
 
     def build(self, lowered, plan, options):
         from ... import native

@@ -13,7 +13,7 @@ from tvm.target import Target
 from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import CapacityError, OptionError, SpillError, UnsupportedOperator
-from ..base import Backend, ProgramIO, load_tuned
+from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
 from .arena import arena_of, arena_values, plan_arenas
 from .body_function import (
     BODY_FUNCTIONS_ATTR,
@@ -36,36 +36,29 @@ from .rules import rules_enabled
 
 RKERNEL_SUFFIX = "_rkernel"
 ARCH_SPECS = {"sm_70": "v100", "sm_80": "a100", "sm_90": "h100"}
-# Every distinct rKernel body is emitted once per rProgram, and nvcc's time grows faster
-# than linearly with the persistent kernel: ResNet-50 (173 operators) took 39 s of nvcc in
-# one rProgram and 17 s in three, for 5 us more estimated latency (2020.8 us -> 2025.8 us on
-# an H100: two more launches). Counting distinct kernels rather than operators keeps models
-# of many identical small operators (LSTM-TC: 19,960 operators, 10 kernels) in one launch.
+# The defaults below bound compile and planning time; the measurements that chose them are
+# in docs/compile-time-notes.md, "Why the CUDA backend's limits are what they are".
+# Distinct rKernels per rProgram: nvcc's time grows faster than linearly with the kernel,
+# and each distinct body is emitted once per rProgram.
 MAX_KERNELS_PER_PROGRAM = 32
-# Every intermediate of an rProgram is a parameter of its persistent PrimFunc (Relax
-# allocates workspaces). DeepSpeech2 (5,309 operators, 19 kernels): one rProgram never
-# finished building in 30 minutes, rPrograms of 2,048 operators crashed TVM (segmentation
-# fault), rPrograms of 512 built in 49 s of CPU for 25 us more estimated latency (0.25%).
+# Operators per rProgram: every intermediate is a parameter of the persistent PrimFunc.
 MAX_OPS_PER_PROGRAM = 512
-# Registers per thread the persistent kernels are compiled for (``__launch_bounds__(threads,
-# blocks per SM)`` makes ptxas keep to it): the most any of its rKernels uses when TVM
-# compiles it alone, plus what the dispatcher keeps live (SqueezeNet's heaviest conv: 56
-# alone, 64 in the persistent kernel); 64 when nvcc is not there to tell (4 vEUs of 256
-# threads per SM). Option cuda_registers overrides it.
+# Registers per thread when nvcc is not there to tell (``__launch_bounds__(threads, blocks
+# per SM)`` makes ptxas keep to the budget; with nvcc it is the most any rKernel uses alone
+# plus DISPATCH_REGISTERS). Option cuda_registers overrides it.
 DEFAULT_REGISTERS = 64
 # One rTask is one thread block of the source kernel, as long as an operator has at most
 # RTASKS_PER_VEU of them per vEU; beyond that consecutive blocks are grouped into one rTask
-# (the run-length task table stays small either way, but the planner places every rTask:
-# Inception v1 has 792,364 thread blocks, 97 s of planning uncoarsened). The vEU count is
-# not known before the rKernels are (it follows from their registers): ASSUMED_VEUS_PER_SM
-# stands in for it unless num_veu is given.
+# (the planner places every rTask). The vEU count is not known before the rKernels are (it
+# follows from their registers): ASSUMED_VEUS_PER_SM stands in for it unless num_veu is
+# given.
 RTASKS_PER_VEU = 4
 ASSUMED_VEUS_PER_SM = 4
 DISPATCH_REGISTERS = 8
 
 
 @dataclass(frozen=True)
-class CUDAOptions:
+class CUDAOptions(TargetOptions):
     """The CUDA-only options with their defaults filled in (Triton's ``CUDAOptions``)."""
 
     threads: int  # the most threads of a vEU (dlight schedules within it)
@@ -163,12 +156,106 @@ def _append_status_check(func: relax.Function, sync_constants: list) -> relax.Fu
     return relax.Function(func.params, new_body, func.ret_ty, False, func.attrs)
 
 
+class CUDARKernelMaker(RKernelMaker):
+    """The rKernel is added as ``<name>_rkernel`` beside the scheduled operator, which
+    stays callable as an ordinary kernel: one rTask per thread block of the source kernel,
+    up to ``rtasks_per_veu`` per vEU.
+
+    A kernel that reduces across a number of threads other than the vEU's cannot share
+    the vEU's block (the allreduce spans a 2-D block); it is rescheduled with one output
+    element per thread and serial reductions, and stays ordinary only if that fails too.
+    """
+
+    # a multi-output kernel inside the CUDA dispatcher fails TVM's build (docs/
+    # cuda-rkernel-notes.md): such kernels stay ordinary calls on CUDA
+    multi_output = False
+
+    def __init__(
+        self,
+        backend: CUDABackend,
+        mod: tvm.IRModule,
+        unscheduled: dict,
+        cuda: CUDAOptions,
+        num_veu: int | None,
+        threads_given: bool = False,
+    ) -> None:
+        self.backend = backend
+        self.threads_given = threads_given  # vEUs of exactly cuda_threads threads
+        self.mod = mod
+        self.unscheduled = unscheduled
+        self.cuda = cuda
+        self.spec = get_spec(cuda.device)
+        self.num_veu = num_veu  # None: every co-resident vEU (VDevice.cuda)
+        self.max_rtasks = (num_veu or self.spec.num_sms * ASSUMED_VEUS_PER_SM) * (
+            cuda.rtasks_per_veu
+        )
+        self.shared: list[int] = []
+        self.sources: dict[str, tvm.tirx.PrimFunc] = {}  # the scheduled kernel of each rKernel
+        self.threads: list[int] = []
+        self.cache: dict[str, list[RKernel]] = {}
+
+    def __call__(self, name: str) -> list[RKernel]:
+        if name not in self.cache:
+            self.cache[name] = [self._make(name)]
+        return self.cache[name]
+
+    def _make(self, name: str) -> RKernel:
+        threads = self.cuda.threads
+        source, schedule = self.mod[name], ""
+        kernel = make_cuda_rkernel(source, self.max_rtasks)
+        reason = _fits(kernel, threads)
+        if reason and name in self.unscheduled:
+            serial = schedule_serial_reduction(self.unscheduled[name], threads)
+            if serial is not None:
+                source, schedule = serial, "serial-reduction"
+                kernel = make_cuda_rkernel(serial, self.max_rtasks)
+                reason = _fits(kernel, threads)
+        if reason:
+            raise UnsupportedOperator(f"{name} {reason}")
+        self.mod[f"{name}{RKERNEL_SUFFIX}"] = kernel.func
+        self.shared.append(kernel.shared_mem)
+        self.sources[name] = source
+        self.threads.append(kernel.threads)
+        return RKernel(
+            name=f"{name}@{kernel.num_rtasks}",
+            num_rtasks=kernel.num_rtasks,
+            threads=kernel.threads,
+            shared_mem=kernel.shared_mem,
+            schedule=schedule,
+        )
+
+    def vdevice(self) -> VDevice:
+        # a vEU has the block size of its largest rKernel (exactly cuda_threads if set)
+        cuda = self.cuda
+        block = cuda.threads if self.threads_given else max(self.threads, default=cuda.threads)
+        return VDevice.cuda(
+            self.spec,
+            threads=block,
+            registers=cuda.registers or self.backend._register_budget(self.sources, self.cache),
+            shared_mem=max(self.shared, default=0),
+            num_veu=self.num_veu,
+        )
+
+
 class CUDABackend(Backend):
     """cuda: vEUs are co-resident thread blocks synchronised through global memory."""
 
     name = "cuda"
+    label = "CUDA"
     target_kinds = ("cuda",)
     needs_host = True
+    OPTIONS = (
+        "cuda_threads",
+        "cuda_registers",
+        "device",
+        "check_status",
+        "verify_occupancy",
+        "spills",
+        "cooperative_launch",
+        "cuda_rules",
+        "cuda_body_functions",
+        "cuda_veu_placement",
+    )
 
     def device(self):
         dev = tvm.cuda(0)
@@ -185,16 +272,16 @@ class CUDABackend(Backend):
     def device_name(self) -> str:
         return str(self.device().device_name)
 
-    def check_options(self, options) -> None:
-        if options.cpu_rules is not None:
-            raise OptionError("option cpu_rules applies to llvm targets only, not to cuda")
+    def parse_options(self, options) -> CUDAOptions:
         if options.barrier == "global":
             raise OptionError(
                 "barrier='global' is not implemented on CUDA (it is llvm's parallel barrier); "
                 "use barrier='counter' (dependency counters, the default) or 'fine' (step "
                 "arrays), or policy='wavefront_global' for a barrier between waves"
             )
-        get_spec(CUDAOptions.parse(options, self.target).device)  # an unknown name raises
+        cuda = CUDAOptions.parse(options, self.target)
+        get_spec(cuda.device)  # an unknown name raises
+        return cuda
 
     def barrier(self, options) -> str:
         return options.barrier or "counter"
@@ -206,7 +293,7 @@ class CUDABackend(Backend):
         return "h200" if (options.device or "").lower() == "h200" else "h100"
 
     def device_spec(self, options):
-        return get_spec(CUDAOptions.parse(options, self.target).device)
+        return get_spec(self.options_for(options).device)
 
     def program_limits(self, options) -> dict[str, int]:
         cap, kernels = options.max_ops_per_program, options.max_kernels_per_program
@@ -216,14 +303,9 @@ class CUDABackend(Backend):
         }
 
     def make_rkernels(self, mod, options):
-        """The rKernel is added as ``<name>_rkernel`` beside the scheduled operator, which
-        stays callable as an ordinary kernel.
-
-        A kernel that reduces across a number of threads other than the vEU's cannot share
-        the vEU's block (the allreduce spans a 2-D block); it is rescheduled with one output
-        element per thread and serial reductions, and stays ordinary only if that fails too.
-        """
-        cuda = CUDAOptions.parse(options, self.target)
+        """Every PrimFunc scheduled (tuning records, the CUDA rules, dlight), and the
+        :class:`CUDARKernelMaker` that adds each operator's rKernel beside it."""
+        cuda = self.options_for(options)
         unscheduled = {
             gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
         }
@@ -231,63 +313,10 @@ class CUDABackend(Backend):
         if tuned is not None:
             mod = _apply_tuned(mod, tuned)
         mod = _schedule_all(mod, schedule_target(self.target, cuda.threads), cuda.rules)
-        spec = get_spec(cuda.device)
-        num_veu = options.num_veu  # None: every co-resident vEU (VDevice.cuda)
-        # one rTask per thread block of the source kernel, up to rtasks_per_veu per vEU
-        max_rtasks = (num_veu or spec.num_sms * ASSUMED_VEUS_PER_SM) * cuda.rtasks_per_veu
-        shared: list[int] = []
-        sources: dict[str, tvm.tirx.PrimFunc] = {}  # the scheduled kernel of each rKernel
-        threads: list[int] = []
-        cache: dict[str, list[RKernel]] = {}
+        given = options.cuda_threads is not None
+        return mod, CUDARKernelMaker(self, mod, unscheduled, cuda, options.num_veu, given)
 
-        def rkernels_for(name: str) -> list[RKernel]:
-            if name not in cache:
-                source, schedule = mod[name], ""
-                kernel = make_cuda_rkernel(source, max_rtasks)
-                reason = _fits(kernel, cuda.threads)
-                if reason and name in unscheduled:
-                    serial = schedule_serial_reduction(unscheduled[name], cuda.threads)
-                    if serial is not None:
-                        source, schedule = serial, "serial-reduction"
-                        kernel = make_cuda_rkernel(serial, max_rtasks)
-                        reason = _fits(kernel, cuda.threads)
-                if reason:
-                    raise UnsupportedOperator(f"{name} {reason}")
-                mod[f"{name}{RKERNEL_SUFFIX}"] = kernel.func
-                shared.append(kernel.shared_mem)
-                sources[name] = source
-                threads.append(kernel.threads)
-                cache[name] = [
-                    RKernel(
-                        name=f"{name}@{kernel.num_rtasks}",
-                        num_rtasks=kernel.num_rtasks,
-                        threads=kernel.threads,
-                        shared_mem=kernel.shared_mem,
-                        schedule=schedule,
-                    )
-                ]
-            return cache[name]
-
-        # A multi-output kernel inside the CUDA dispatcher failed TVM's build (buffer rank
-        # mismatch, stitched BERT layer); such kernels stay ordinary calls on CUDA for now.
-        rkernels_for.multi_output = False
-        # the scheduled kernel each rKernel was made from (standalone_rkernel times it)
-        rkernels_for.sources = sources
-
-        def vdevice() -> VDevice:
-            # a vEU has the block size of its largest rKernel (exactly cuda_threads if set)
-            block = cuda.threads if options.cuda_threads else max(threads, default=cuda.threads)
-            return VDevice.cuda(
-                spec,
-                threads=block,
-                registers=cuda.registers or self._register_budget(sources, cache),
-                shared_mem=max(shared, default=0),
-                num_veu=num_veu,
-            )
-
-        return mod, rkernels_for, vdevice
-
-    def standalone_rkernel(self, mod, rkernels_for, func_name, kernel, vdevice):
+    def standalone_rkernel(self, mod, maker, func_name, kernel, vdevice):
         """The scheduled kernel the rKernel was made from, as TVM builds it alone (grid =
         its thread blocks; an rTask is ``blocks / num_rtasks`` of them when coarsened), and
         the blocks that run at once: SMs x blocks per SM at the registers ptxas gives that
@@ -296,7 +325,7 @@ class CUDABackend(Backend):
         from .occupancy import source_kernel_registers
         from .rkernel import _extents
 
-        source = rkernels_for.sources[func_name].with_attr("global_symbol", "main")
+        source = maker.sources[func_name].with_attr("global_symbol", "main")
         grid, _ = _extents(source)
         blocks = 1
         for extent in grid.values():
@@ -325,7 +354,7 @@ class CUDABackend(Backend):
     def lower_program(self, program, plan, options, mod, io: ProgramIO):
         """The persistent kernel: workspaces are extra outputs (no device malloc inside a
         kernel); the task table, barrier pairs and sync words are constant inputs."""
-        cuda = CUDAOptions.parse(options, self.target)
+        cuda = self.options_for(options)
         # operators with the same scheduled PrimFunc share one rKernel body
         body_of = {op: plan.graph.op(op).func for op in program.ops()}
         op_index = operator_index(program.ops(), body_of)
@@ -399,18 +428,17 @@ class CUDABackend(Backend):
             relax.const(words),
         ]
         results = [*(t.name for t in (*io.outputs, *loose)), *(a.decl for a in arenas)]
-        helpers = code.bodies
-        return func, constants, results, [t.name for t in passed], helpers
+        return LoweredProgram(func, constants, results, [t.name for t in passed], code.bodies)
 
     def finish_main(self, main, rprogram_calls, options):
-        if not CUDAOptions.parse(options, self.target).check_status or not rprogram_calls:
+        if not self.options_for(options).check_status or not rprogram_calls:
             return main
         return _append_status_check(main, [call.args[1].fields[-1] for call in rprogram_calls])
 
     def build(self, lowered, plan, options):
         from . import status  # noqa: F401 - registers tvm_rtask.check_status
 
-        cuda = CUDAOptions.parse(options, self.target)
+        cuda = self.options_for(options)
         from .cooperative import persistent_pipeline
 
         tir_pipeline = persistent_pipeline(plan.vdevice.blocks_per_sm, cuda.cooperative_launch)
@@ -460,7 +488,7 @@ class CUDABackend(Backend):
         one distinct rKernel already). ``spills="replan"``: the most registers per thread that
         one vEU fewer per SM allows (unless the user gave the registers or the vEU count, or
         one vEU per SM already spills)."""
-        spills = CUDAOptions.parse(options, self.target).spills
+        spills = self.options_for(options).spills
         if spills == "split":
             if "max_kernels_per_program" in given:
                 return None
@@ -534,10 +562,9 @@ class CUDABackend(Backend):
         try:
             check_spills(usage, plan.vdevice.threads, plan.vdevice.blocks_per_sm)
         except SpillError as err:
-            # "replan": api.compile plans again with fewer vEUs per SM (replan_options).
-            # Not the default: reduced SqueezeNet's kernel spills 2,140 B at 80 registers
-            # (3 vEUs per SM), 1,784 B at 128 (2) and still 744 B at 255 (1), so fewer vEUs
-            # per SM do not remove these spills (docs/kernel-quality.md)
+            # "replan": api.compile plans again with fewer vEUs per SM (replan_options);
+            # not the default, as fewer vEUs per SM did not remove the spills measured
+            # (docs/kernel-quality.md, "Spills of the persistent kernels")
             if cuda.spills == "error":
                 raise
             if (

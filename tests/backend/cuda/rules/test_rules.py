@@ -189,11 +189,11 @@ def test_make_rkernels_follows_the_option(cuda_rules):
     mod = RTaskPrepare(None, TARGET)(tvm_rtask.models.get("nasnet_cifar", reduced=True)[0])
     options = resolve_options({"cuda_rules": cuda_rules, "num_veu": 132})
     backend = CUDABackend(TARGET)
-    scheduled, rkernels_for, _ = backend.make_rkernels(mod, options)
+    scheduled, maker = backend.make_rkernels(mod, options)
     names = [gv.name_hint for gv, f in mod.functions.items()
              if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint]  # fmt: skip
     for name in names:
-        (rkernel,) = rkernels_for(name)
+        (rkernel,) = maker(name)
         assert rkernel.num_rtasks >= 1 and rkernel.threads <= 256
         attrs = scheduled[name].attrs
         assert (attrs is not None and RULE_ATTR in attrs) == cuda_rules, name

@@ -66,9 +66,9 @@ def is_rule_scheduled(func: tirx.PrimFunc) -> bool:
 
 
 # Whether make_rkernels schedules PrimFuncs with the rules when the option cpu_rules is not
-# given (on since measured 2.1x (SqueezeNet) and 2.9x (Inception v1) faster under
-# wavefront); the environment variable TVM_RTASK_CPU_RULES=0/1 changes this default for a
-# process, the option wins over both.
+# given (on: measured in docs/compile-time-notes.md, "Why the CUDA backend's limits"); the
+# environment variable TVM_RTASK_CPU_RULES=0/1 changes this default for a process, the
+# option wins over both.
 ENABLED_BY_DEFAULT = True
 
 

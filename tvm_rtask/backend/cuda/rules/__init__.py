@@ -32,9 +32,7 @@ __all__ = [
 
 # Whether schedule_for_cuda tries these rules when the option cuda_rules is not given; the
 # environment variable TVM_RTASK_CUDA_RULES=0/1 changes it for a process, the option wins
-# over both. Why this default: docs/kernel-quality.md, "CUDA" (off until a GPU has timed
-# them: their code is better than dlight's, but whole models take several times longer to
-# build, Inception v3's TVM build 408 s against 72 s).
+# over both. Off until a GPU has timed them (why: docs/kernel-quality.md, "CUDA").
 ENABLED_BY_DEFAULT = False
 
 
