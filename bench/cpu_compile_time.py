@@ -1,0 +1,169 @@
+"""CPU compile time: TVM's default build against tvm-rtask (wavefront, sequential), per model.
+
+Usage: python bench/cpu_compile_time.py [--size full|reduced] [--models resnet18 ...]
+       [--light inception_v1 ...] [--modes tvm wavefront sequential] [--target llvm-native]
+       [--timeout 1800] [--out bench/results] [--tag NAME]
+
+Each (model, mode) compiles in a fresh subprocess (no cache, no import shared between
+modes): ``tvm.compile(mod, target)`` for ``tvm``, ``tvm_rtask.compile(mod, target,
+policy=...)`` otherwise. Reported per run: wall time of the compile call, process CPU time
+(the subprocess's user + system, children included: the steadier number on a shared
+machine), and the wall time of each tvm-rtask stage from the progress log (prepare/fuse,
+plan, lower, build). The ratio to TVM is taken on CPU time. The machine load
+(``os.getloadavg``) before and after the whole run is recorded with the results.
+Models: ``tvm_rtask.models.real`` (all of REAL_MODELS by default, ``--size``), plus any onnx
+light models named with ``--light``. Writes ``<date>-cpu-compile-time[-<tag>].json/.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+MODES = ("tvm", "wavefront", "sequential")
+STAGE = re.compile(r"tvm_rtask INFO: (prepare/fuse|plan|lower|build) done in ([\d.]+) s")
+
+CHILD = r"""
+import json, resource, sys, time
+kind, name, size, mode, target = sys.argv[1:6]
+import tvm, tvm_rtask
+from tvm_rtask import frontend, progress
+from tvm_rtask.backend import as_target
+progress.enable()
+if kind == "light":
+    from tvm_rtask.testing.onnx_light import load_light_model
+    model = load_light_model(name)
+else:
+    from tvm_rtask.models.real import load_real_model
+    model = load_real_model(name, size=size, seed=0)
+mod = frontend.load(model)
+target = as_target(target)
+wall, cpu = time.perf_counter(), time.process_time()
+if mode == "tvm":
+    tvm.compile(mod, target=target)
+else:
+    tvm_rtask.compile(mod, target, policy=mode)
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+print("RESULT " + json.dumps({"wall_s": wall, "cpu_s": cpu}), flush=True)
+"""
+
+
+def run_one(kind: str, name: str, size: str, mode: str, target: str, timeout: float) -> dict:
+    before = os.times()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, kind, name, size, mode, target],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    after = os.times()
+    row: dict = {
+        "process_wall_s": time.perf_counter() - start,
+        "process_cpu_s": (after.children_user - before.children_user)
+        + (after.children_system - before.children_system),
+    }
+    out = proc.stdout + proc.stderr
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            row.update(json.loads(line[7:]))
+    row["stages"] = {m.group(1): float(m.group(2)) for m in STAGE.finditer(out)}
+    if proc.returncode != 0 or "cpu_s" not in row:
+        row["error"] = out.strip().splitlines()[-1][:300] if out.strip() else "no output"
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", default="full", choices=("full", "reduced"))
+    parser.add_argument("--models", nargs="*", default=None)
+    parser.add_argument("--light", nargs="*", default=[])
+    parser.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
+    parser.add_argument("--target", default="llvm-native")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    parser.add_argument("--tag", default="")
+    args = parser.parse_args()
+
+    sys.path.insert(0, ROOT)
+    from tvm_rtask.models.real import REAL_MODELS
+
+    models = [("real", m) for m in (REAL_MODELS if args.models is None else args.models)]
+    models += [("light", m) for m in args.light]
+    load_before = os.getloadavg()
+    rows = []
+    for kind, name in models:
+        for mode in args.modes:
+            row = run_one(kind, name, args.size, mode, args.target, args.timeout)
+            row.update(model=name, kind=kind, size=args.size if kind == "real" else "light")
+            row["mode"] = mode
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    load_after = os.getloadavg()
+    for row in rows:
+        base = next((r for r in rows if r["model"] == row["model"] and r["mode"] == "tvm"), None)
+        if base and "cpu_s" in base and "cpu_s" in row:
+            row["ratio_cpu_to_tvm"] = row["cpu_s"] / base["cpu_s"]
+
+    date = datetime.date.today().isoformat()
+    stem = f"{date}-cpu-compile-time" + (f"-{args.tag}" if args.tag else "")
+    meta = {
+        "date": date,
+        "target": args.target,
+        "size": args.size,
+        "machine": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    lines = [
+        f"# CPU compile time ({date}, {args.target}, {args.size})",
+        "",
+        f"{os.cpu_count()} cores; load average before {load_before[0]:.1f} / "
+        f"{load_before[1]:.1f} / {load_before[2]:.1f}, after {load_after[0]:.1f} / "
+        f"{load_after[1]:.1f} / {load_after[2]:.1f} (1/5/15 min). CPU s of the compile call "
+        "in a fresh process; stages are wall s from the progress log.",
+        "",
+        "| model | mode | CPU s | wall s | x TVM (CPU) | prepare | plan | lower | build |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['mode']} | error: {r['error']} | | | | | | |")
+            continue
+        st = r["stages"]
+        ratio = r.get("ratio_cpu_to_tvm")
+        cells = [
+            r["model"],
+            r["mode"],
+            f"{r['cpu_s']:.1f}",
+            f"{r['wall_s']:.1f}",
+            f"{ratio:.1f}" if ratio is not None else "-",
+            *(
+                f"{st[s]:.1f}" if s in st else "-"
+                for s in ("prepare/fuse", "plan", "lower", "build")
+            ),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
