@@ -341,6 +341,232 @@ def _body_call(
     return tirx.SeqStmt([*decls, call, _sync()])
 
 
+class _Dispatcher:
+    """The pieces of one persistent kernel (see :func:`build_cuda_dispatcher`): its buffers,
+    the per-thread variables, and one statement per kind of task-table entry."""
+
+    def __init__(self, code: CUDAProgramCode, timeout_ns: int, trap_on_timeout: bool) -> None:
+        if code.sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, got {code.sync!r}")
+        self.code = code
+        self.counters = counters = code.sync == "counters"
+        self.buffers = {
+            t.name: tensor_buffer(t, narrow=True) for t in (*code.inputs, *code.outputs)
+        }
+        self.arena_buffers = {a.name: tensor_buffer(a.decl, narrow=True) for a in code.all_arenas()}
+        self.views = self._arena_views()
+        self.offsets = tirx.decl_buffer([len(code.offset_table[0])], "int32", "rtask_offsets")
+        self.num_veu, self.width = num_veu, width = code.table.shape[0], code.table.shape[1]
+        self.table = tirx.decl_buffer([num_veu, width, ENTRY_WORDS], "int32", "rtask_table")
+        self.pairs = tirx.decl_buffer([code.pairs.shape[0], 2], "int32", "rtask_pairs")
+        self.num_counters = num_counters = len(code.op_index)
+        self.claim = claim = code.claim_sms if counters else 0
+        words = sync_words(num_veu, num_counters if counters else None, claim).shape[0]
+        self.sync = tirx.decl_buffer([words], "int32", "rtask_sync")
+        self.status_word = words - STATUS_WORDS
+        self.finish_word = num_counters if counters else num_veu
+        # int32 throughout, as the ids of an ordinary kernel (64-bit index math costs the
+        # rKernels 64-bit multiplies that TVM's kernels do not have)
+        self.block = tirx.Var("block", "int32")
+        # the vEU this block runs: claimed by SM at the start, or the block index itself
+        self.bx = (
+            _helper("int32", "tvm_rtask_claimed_veu", source=CLAIM_HELPERS_SOURCE)
+            if claim
+            else self.block
+        )
+        self.tx = tirx.Var("tid", "int32")
+        self.entry = tirx.Var("entry", "int32")
+        self.run_index = tirx.Var("run", "int32")
+        self.poll = tirx.Var("poll", "int32")
+        self.epoch = tirx.Var("epoch", "int32")
+        self.status = self.sync_ptr(_i32(self.status_word))
+        self.timeout = tirx.IntImm("int64", timeout_ns)
+        self.trap = _i32(int(trap_on_timeout))
+        self.first_thread = tirx.EQ(self.tx, _i32(0))
+        # the entry's words, loaded once per entry
+        self.kind, self.a, self.b, self.c, self.d = (
+            tirx.Var(n, "int32") for n in ("kind", "word_a", "word_b", "word_c", "word_d")
+        )
+
+    def _arena_views(self) -> list[tirx.Stmt]:
+        """Each arena member a buffer of its own over the arena's data, at its offset."""
+        views = []
+        for a in self.code.all_arenas():
+            data = self.arena_buffers[a.name].data
+            for t, off in a.members:
+                own = tensor_buffer(t, narrow=True)
+                view = tirx.decl_buffer(
+                    own.shape, own.dtype, own.name, data=data, elem_offset=_i32(off)
+                )
+                self.buffers[t.name] = view
+                views.append(tirx.DeclBuffer(view, data=data))
+        return views
+
+    def word(self, k: int):
+        return tirx.BufferLoad(self.table, [self.bx, self.entry, _i32(k)])
+
+    def sync_ptr(self, index):
+        return tirx.address_of(tirx.BufferLoad(self.sync, [index]))
+
+    def run(self) -> tirx.Stmt:
+        """RUN: the rTasks ``c`` of the operator ``a`` names, from ``b`` by ``d``."""
+        code, a = self.code, self.a
+        op_branches = []
+        for ops in _op_groups(code):
+            kernel = code.calls[ops[0]][0]
+            # the table words themselves, not the entry's bound copies: TVM's buffer
+            # compaction sees through a bound variable to its value, so an index written
+            # with the variable and a region written with the load would not cancel (local
+            # arrays indexed by the rTask id instead of constants)
+            rtask = tirx.Add(self.word(2), tirx.Mul(self.word(4), self.run_index))
+            if len(ops) == 1:
+                selected = tirx.EQ(a, _i32(code.op_index[ops[0]]))
+            else:
+                lo, hi = code.op_index[ops[0]], code.op_index[ops[-1]]
+                selected = tirx.And(tirx.GE(a, _i32(lo)), tirx.LE(a, _i32(hi)))
+            args = (code, ops, self.buffers, a, rtask)
+            if code.as_function(ops):  # the body function guards its surplus threads itself
+                body = _body_call(*args, self.offsets, self.arena_buffers)
+            else:
+                body = _inlined_body(*args, self.tx, self.offsets, self.arena_buffers)
+                if kernel.threads < code.threads:
+                    body = guard_surplus_threads(body, self.tx, kernel.threads)
+            loop = tirx.For(self.run_index, _i32(0), self.c, tirx.ForKind.SERIAL, body)
+            op_branches.append(tirx.IfThenElse(_invariant(selected), loop, None))
+        return tirx.SeqStmt([*op_branches, _sync()])
+
+    def wait(self) -> tirx.Stmt:
+        """WAIT: thread t polls pairs t, t + threads, ... of this wait."""
+        threads, tx, a, b = self.code.threads, self.tx, self.a, self.b
+        pair = tirx.Add(a, tirx.Add(tirx.Mul(self.poll, _i32(threads)), tx))
+        in_range = tirx.LT(tirx.Add(tirx.Mul(self.poll, _i32(threads)), tx), b)
+        waited = tirx.BufferLoad(self.pairs, [pair, _i32(0)])
+        count = tirx.BufferLoad(self.pairs, [pair, _i32(1)])
+        common = (self.status, self.timeout, self.bx, waited, self.trap)
+        if self.counters:
+            wait_call = _device_call(
+                "tvm_rtask_wait_count", self.sync_ptr(waited), count, self.epoch, *common
+            )
+        else:
+            wait_call = _device_call("tvm_rtask_wait", self.sync_ptr(waited), count, *common)
+        rounds = tirx.FloorDiv(tirx.Add(b, _i32(threads - 1)), _i32(threads))
+        poll_loop = tirx.For(
+            self.poll,
+            _i32(0),
+            rounds,
+            tirx.ForKind.SERIAL,
+            tirx.IfThenElse(in_range, wait_call, None),
+        )
+        return tirx.SeqStmt([poll_loop, _sync()])
+
+    def publish(self) -> tuple[int, tirx.Stmt]:
+        """ARRIVE (counters) or SIGNAL (step array): the entry kind and its statement."""
+        if self.counters:
+            # an ARRIVE always follows its RUN, which ended with __syncthreads: the block's
+            # writes are ordered before thread 0's fence and add, no second barrier needed
+            call = _device_call("tvm_rtask_arrive", self.sync_ptr(self.a), self.b)
+            return ARRIVE, tirx.IfThenElse(self.first_thread, call, None)
+        call = _device_call("tvm_rtask_signal", self.sync_ptr(self.bx), self.a)
+        return SIGNAL, tirx.SeqStmt([_sync(), tirx.IfThenElse(self.first_thread, call, None)])
+
+    def entries(self) -> tirx.Stmt:
+        """The loop over this vEU's task-table entries."""
+        publish_kind, publish = self.publish()
+        load_entry = [
+            tirx.Bind(v, self.word(k))
+            for k, v in enumerate((self.kind, self.a, self.b, self.c, self.d))
+        ]
+
+        def when(kind: int, stmt: tirx.Stmt) -> tirx.Stmt:
+            return tirx.IfThenElse(_invariant(tirx.EQ(self.kind, _i32(kind))), stmt, None)
+
+        dispatch = tirx.SeqStmt(
+            [*load_entry, when(RUN, self.run()), when(WAIT, self.wait()),
+             when(publish_kind, publish)]
+        )  # fmt: skip
+        return tirx.For(self.entry, _i32(0), _i32(self.width), tirx.ForKind.SERIAL, dispatch)
+
+    def finish(self) -> tirx.Stmt:
+        """Thread 0 marks this vEU finished (counters: and ends the epoch with the last)."""
+        if self.counters:
+            call = _device_call(
+                "tvm_rtask_finish_epoch",
+                self.sync_ptr(_i32(self.finish_word)),
+                self.sync_ptr(_i32(self.finish_word + 1)),
+                _i32(self.num_veu),
+                self.epoch,
+            )
+        else:
+            call = _device_call("tvm_rtask_finish", self.sync_ptr(_i32(0)), _i32(self.num_veu))
+        return tirx.IfThenElse(self.first_thread, call, None)
+
+    def dynamic_shared(self) -> tuple[list, list[tirx.Stmt]]:
+        """The launch's dynamic shared memory, if any body uses it: ``(buffers, statements)``.
+
+        The largest body's shared memory is allocated here so that the launch provides it
+        (the bodies' own extern __shared__ arrays start at the same address); its first and
+        last bytes are written once, before any body runs, so that TVM neither drops it nor
+        compacts it to the bytes touched."""
+        dynamic = dynamic_shared_bytes(self.code)
+        if not dynamic:
+            return [], []
+        shared = tirx.decl_buffer([dynamic], "uint8", "rtask_dynamic_shared", scope="shared.dyn")
+        zero = tirx.IntImm("uint8", 0)
+        ends = [tirx.BufferStore(shared, zero, [_i32(i)]) for i in sorted({0, dynamic - 1})]
+        touch = tirx.IfThenElse(tirx.EQ(self.tx, _i32(0)), tirx.SeqStmt(ends), None)
+        return [shared], [touch, _sync()]
+
+    def claim_veu(self) -> tirx.Stmt:
+        """The claim of a vEU by SM. The claim (side effects, once) and the read of its
+        result are separate calls, so that no pass can duplicate the claim by substituting
+        a bound value."""
+        return tirx.Evaluate(
+            _helper(
+                "int32",
+                "tvm_rtask_claim_veu",
+                self.sync_ptr(_i32(self.finish_word + 2)),
+                _i32(self.num_veu),
+                _i32(self.claim),
+                self.epoch,
+                self.status,
+                self.timeout,
+                self.trap,
+                source=CLAIM_HELPERS_SOURCE,
+            )
+        )
+
+    def thread_body(self) -> tuple[list, list[tirx.Stmt]]:
+        """What every thread runs, and the shared buffers the block allocates."""
+        views = self.views
+        shared_allocs, touch = self.dynamic_shared()
+        body = [*touch, *views, self.entries(), _sync(), self.finish()]
+        # the epoch's read and the claim go at the index the arena views take, counted from
+        # the start of the body
+        if self.counters:
+            read_epoch = _helper(
+                "int32", "tvm_rtask_epoch", self.sync_ptr(_i32(self.finish_word + 1))
+            )
+            body.insert(len(views), tirx.Bind(self.epoch, read_epoch))
+        if self.claim:
+            body.insert(len(views) + 1, self.claim_veu())
+        return shared_allocs, body
+
+    def params(self) -> list:
+        """call_tir order: inputs, then constant inputs (weight arenas and the four tables,
+        the sync words last), then outputs and the workspace arenas."""
+        code, buffers, arenas = self.code, self.buffers, self.arena_buffers
+        return [
+            *(buffers[t.name] for t in code.inputs),
+            *(arenas[a.name] for a in code.weight_arenas),
+            self.offsets,
+            self.table,
+            self.pairs,
+            self.sync,
+            *(buffers[t.name] for t in code.outputs),
+            *(arenas[a.name] for a in code.arenas),
+        ]
+
+
 def build_cuda_dispatcher(
     code: CUDAProgramCode,
     timeout_ns: int,
@@ -351,174 +577,9 @@ def build_cuda_dispatcher(
     ``trap_on_timeout``: a timed-out wait aborts the kernel (``__trap``), so
     the next synchronisation raises, instead of leaving the status for a host check.
     """
-    if code.sync not in SYNC_MODES:
-        raise ValueError(f"sync must be one of {SYNC_MODES}, got {code.sync!r}")
-    counters = code.sync == "counters"
-    buffers = {t.name: tensor_buffer(t, narrow=True) for t in (*code.inputs, *code.outputs)}
-    arena_buffers = {a.name: tensor_buffer(a.decl, narrow=True) for a in code.all_arenas()}
-    views = []
-    for a in code.all_arenas():
-        data = arena_buffers[a.name].data
-        for t, off in a.members:
-            own = tensor_buffer(t, narrow=True)
-            view = tirx.decl_buffer(
-                own.shape, own.dtype, own.name, data=data, elem_offset=_i32(off)
-            )
-            buffers[t.name] = view
-            views.append(tirx.DeclBuffer(view, data=data))
-    offsets = tirx.decl_buffer([len(code.offset_table[0])], "int32", "rtask_offsets")
-    num_veu, width = code.table.shape[0], code.table.shape[1]
-    table = tirx.decl_buffer([num_veu, width, ENTRY_WORDS], "int32", "rtask_table")
-    pairs = tirx.decl_buffer([code.pairs.shape[0], 2], "int32", "rtask_pairs")
-    num_counters = len(code.op_index)
-    claim = code.claim_sms if counters else 0
-    words = sync_words(num_veu, num_counters if counters else None, claim).shape[0]
-    sync = tirx.decl_buffer([words], "int32", "rtask_sync")
-    status_word = words - STATUS_WORDS
-    finish_word = num_counters if counters else num_veu
-    # int32 throughout, as the ids of an ordinary kernel (64-bit index math costs the
-    # rKernels 64-bit multiplies that TVM's kernels do not have)
-    block = tirx.Var("block", "int32")
-    # the vEU this block runs: claimed by SM at the start, or the block index itself
-    bx = _helper("int32", "tvm_rtask_claimed_veu", source=CLAIM_HELPERS_SOURCE) if claim else block
-    tx = tirx.Var("tid", "int32")
-    entry = tirx.Var("entry", "int32")
-    run_index = tirx.Var("run", "int32")
-    poll = tirx.Var("poll", "int32")
-    epoch = tirx.Var("epoch", "int32")
-
-    def word(k: int):
-        return tirx.BufferLoad(table, [bx, entry, _i32(k)])
-
-    def sync_ptr(index):
-        return tirx.address_of(tirx.BufferLoad(sync, [index]))
-
-    # the entry's words, loaded once per entry
-    kind, a, b, c, d = (
-        tirx.Var(n, "int32") for n in ("kind", "word_a", "word_b", "word_c", "word_d")
-    )
-    load_entry = [tirx.Bind(v, word(k)) for k, v in enumerate((kind, a, b, c, d))]
-
-    op_branches = []
-    for ops in _op_groups(code):
-        kernel = code.calls[ops[0]][0]
-        # the table words themselves, not the entry's bound copies: TVM's buffer compaction
-        # sees through a bound variable to its value, so an index written with the variable
-        # and a region written with the load would not cancel (local arrays indexed by the
-        # rTask id instead of constants)
-        rtask = tirx.Add(word(2), tirx.Mul(word(4), run_index))
-        if len(ops) == 1:
-            selected = tirx.EQ(a, _i32(code.op_index[ops[0]]))
-        else:
-            lo, hi = code.op_index[ops[0]], code.op_index[ops[-1]]
-            selected = tirx.And(tirx.GE(a, _i32(lo)), tirx.LE(a, _i32(hi)))
-        if code.as_function(ops):  # the body function guards its surplus threads itself
-            body = _body_call(code, ops, buffers, a, rtask, offsets, arena_buffers)
-        else:
-            body = _inlined_body(code, ops, buffers, a, rtask, tx, offsets, arena_buffers)
-            if kernel.threads < code.threads:
-                body = guard_surplus_threads(body, tx, kernel.threads)
-        loop = tirx.For(run_index, _i32(0), c, tirx.ForKind.SERIAL, body)
-        op_branches.append(tirx.IfThenElse(_invariant(selected), loop, None))
-    run = tirx.SeqStmt([*op_branches, _sync()])
-
-    # WAIT: thread t polls pairs t, t + threads, ... of this wait.
-    pair = tirx.Add(a, tirx.Add(tirx.Mul(poll, _i32(code.threads)), tx))
-    in_range = tirx.LT(tirx.Add(tirx.Mul(poll, _i32(code.threads)), tx), b)
-    waited = tirx.BufferLoad(pairs, [pair, _i32(0)])
-    count = tirx.BufferLoad(pairs, [pair, _i32(1)])
-    status = sync_ptr(_i32(status_word))
-    timeout = tirx.IntImm("int64", timeout_ns)
-    trap = _i32(int(trap_on_timeout))
-    if counters:
-        wait_call = _device_call(
-            "tvm_rtask_wait_count",
-            sync_ptr(waited),
-            count,
-            epoch,
-            status,
-            timeout,
-            bx,
-            waited,
-            trap,
-        )
-    else:
-        wait_call = _device_call(
-            "tvm_rtask_wait", sync_ptr(waited), count, status, timeout, bx, waited, trap
-        )
-    rounds = tirx.FloorDiv(tirx.Add(b, _i32(code.threads - 1)), _i32(code.threads))
-    poll_loop = tirx.For(
-        poll, _i32(0), rounds, tirx.ForKind.SERIAL, tirx.IfThenElse(in_range, wait_call, None)
-    )
-    wait = tirx.SeqStmt([poll_loop, _sync()])
-
-    first_thread = tirx.EQ(tx, _i32(0))
-    if counters:
-        # an ARRIVE always follows its RUN, which ended with __syncthreads: the block's
-        # writes are ordered before thread 0's fence and add, no second barrier needed
-        publish = _device_call("tvm_rtask_arrive", sync_ptr(a), b)
-        signal = tirx.IfThenElse(first_thread, publish, None)
-        publish_kind = ARRIVE
-    else:
-        publish = _device_call("tvm_rtask_signal", sync_ptr(bx), a)
-        signal = tirx.SeqStmt([_sync(), tirx.IfThenElse(first_thread, publish, None)])
-        publish_kind = SIGNAL
-    dispatch = tirx.SeqStmt(
-        [
-            *load_entry,
-            tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(RUN))), run, None),
-            tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(WAIT))), wait, None),
-            tirx.IfThenElse(_invariant(tirx.EQ(kind, _i32(publish_kind))), signal, None),
-        ]
-    )
-    entries = tirx.For(entry, _i32(0), _i32(width), tirx.ForKind.SERIAL, dispatch)
-    if counters:
-        finish_call = _device_call(
-            "tvm_rtask_finish_epoch",
-            sync_ptr(_i32(finish_word)),
-            sync_ptr(_i32(finish_word + 1)),
-            _i32(num_veu),
-            epoch,
-        )
-    else:
-        finish_call = _device_call("tvm_rtask_finish", sync_ptr(_i32(0)), _i32(num_veu))
-    finish = tirx.IfThenElse(first_thread, finish_call, None)
-    thread_body = [*views, entries, _sync(), finish]
-    dynamic = dynamic_shared_bytes(code)
-    shared_allocs = []
-    if dynamic:
-        # the largest body's shared memory, allocated here so that the launch provides it
-        # (the bodies' own extern __shared__ arrays start at the same address); its first
-        # and last bytes written once, before any body runs, so that TVM neither drops it
-        # nor compacts it to the bytes touched
-        shared = tirx.decl_buffer([dynamic], "uint8", "rtask_dynamic_shared", scope="shared.dyn")
-        zero = tirx.IntImm("uint8", 0)
-        ends = [tirx.BufferStore(shared, zero, [_i32(i)]) for i in sorted({0, dynamic - 1})]
-        touch = tirx.IfThenElse(tirx.EQ(tx, _i32(0)), tirx.SeqStmt(ends), None)
-        shared_allocs.append(shared)
-        thread_body = [touch, _sync(), *thread_body]
-    if counters:
-        read_epoch = _helper("int32", "tvm_rtask_epoch", sync_ptr(_i32(finish_word + 1)))
-        thread_body.insert(len(views), tirx.Bind(epoch, read_epoch))
-    if claim:
-        # the claim (side effects, once) and the read of its result are separate calls, so
-        # that no pass can duplicate the claim by substituting a bound value
-        claim_call = tirx.Evaluate(
-            _helper(
-                "int32",
-                "tvm_rtask_claim_veu",
-                sync_ptr(_i32(finish_word + 2)),
-                _i32(num_veu),
-                _i32(claim),
-                epoch,
-                status,
-                timeout,
-                trap,
-                source=CLAIM_HELPERS_SOURCE,
-            )
-        )
-        at = len(views) + 1
-        thread_body.insert(at, claim_call)
+    kernel = _Dispatcher(code, timeout_ns, trap_on_timeout)
+    shared_allocs, thread_body = kernel.thread_body()
+    tx, block = kernel.tx, kernel.block
     threads = tirx.For(
         tx,
         _i32(0),
@@ -530,23 +591,11 @@ def build_cuda_dispatcher(
     grid = tirx.For(
         block,
         _i32(0),
-        _i32(num_veu),
+        _i32(kernel.num_veu),
         tirx.ForKind.THREAD_BINDING,
         threads,
         thread_binding=tirx.IterVar(None, block, 1, "blockIdx.x"),
     )
     root = s_tir.SBlock([], [], [], "root", grid, alloc_buffers=shared_allocs)
-    # call_tir order: inputs, then constant inputs (weight arenas and the four tables, the
-    # sync words last), then outputs and the workspace arenas
-    params = [
-        *(buffers[t.name] for t in code.inputs),
-        *(arena_buffers[a.name] for a in code.weight_arenas),
-        offsets,
-        table,
-        pairs,
-        sync,
-        *(buffers[t.name] for t in code.outputs),
-        *(arena_buffers[a.name] for a in code.arenas),
-    ]
-    func = tirx.PrimFunc(params, s_tir.SBlockRealize([], True, root))
+    func = tirx.PrimFunc(kernel.params(), s_tir.SBlockRealize([], True, root))
     return func.with_attrs({"s_tir": True, "tirx.noalias": False, "tirx.is_scheduled": True})
