@@ -376,12 +376,19 @@ def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
         manifest["builds"].append(
             {k: rec.get(k) for k in ("model", "ok", "seconds", "inputs_sha", "error") if k in rec}
         )
-    for rec in _read_jsonl(prep / "harness.jsonl"):
-        if rec.get("type") == "result":
-            manifest["builds"].append(
-                {"model": rec["model"], "config": rec["config"], "ok": "error" not in rec}
-                | ({"error": rec["error"]} if "error" in rec else {})
-            )
+    if not smoke:  # the harness records only what failed to compile
+        failed_builds = {
+            (r["model"], r["config"]): r.get("error")
+            for r in _read_jsonl(prep / "harness.jsonl")
+            if r.get("type") == "result"
+        }
+        for model in LATENCY_MODELS:
+            for config in LATENCY_RTASK_CONFIGS:
+                error = failed_builds.get((model, config))
+                manifest["builds"].append(
+                    {"model": model, "config": config, "ok": error is None}
+                    | ({"error": error} if error else {})
+                )
     shutil.rmtree(prep / "harness-cache", ignore_errors=True)  # executables hold the weights
     entries = sorted(p.stem for p in nvcc_dir.glob("*.cubin"))
     manifest["nvcc_entries"] = entries
