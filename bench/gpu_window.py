@@ -568,6 +568,66 @@ class Window:
             else "GPU ABSENT: dry run (tiny models on llvm, one codegen-only CUDA build)"
         )
 
+    def start_background(self) -> None:
+        """On a GPU, while step 1 runs (no timing there): compile step 2's builds that step 1
+        does not make into the executable cache, and warm Inductor's on-disk caches with one
+        ``torch.compile`` of each twin, so that step 2 mostly loads and times. Stopped before
+        step 2 times anything (:meth:`stop_background`)."""
+        self.background: list[tuple[str, subprocess.Popen]] = []
+        if not self.gpu_present or "background" in self.args.skip:
+            return
+        models = self.args.latency_models or LATENCY_MODELS
+        in_step_1 = {s.split(":")[1] for s in self.args.numerics if s.startswith("zoo:")}
+        harness = [sys.executable, str(HERE / "harness.py"), "--gpu", "--no-plot", "--fresh"]
+        harness += ["--cache-dir", str(self.work / "exe-cache"), "--timeout", "400"]
+        harness += ["--deadline-at", str(self.step_end("latency") - 60), "--compile-share", "1"]
+        shared = [m for m in models if m in in_step_1]
+        alone = [m for m in models if m not in in_step_1]
+        tvm_configs = [c for c in LATENCY_CONFIGS if not c.startswith("torch")]
+        jobs = [
+            ("precompile-shared", shared, ["tvm_cuda_graph", "sequential"]),
+            ("precompile-alone", alone, tvm_configs),
+        ]
+        for name, group, configs in jobs:
+            if not group:
+                continue
+            cmd = harness + ["--compile-only", "--compile-jobs", "3", "--models", *group]
+            cmd += ["--configs", *configs, "--results", str(self.work / f"{name}.jsonl")]
+            cmd += ["--logs-dir", str(self.work / f"{name}.logs")]
+            self.background.append((name, self._spawn(cmd, name)))
+        peers = [c for c in LATENCY_CONFIGS if c.startswith("torch_compile")]
+        if peers:
+            cmd = harness + ["--models", *models, "--configs", *peers, "--repeat", "3"]
+            cmd += ["--warmup", "1", "--results", str(self.work / "torch-warm.jsonl")]
+            cmd += ["--logs-dir", str(self.work / "torch-warm.logs")]
+            self.background.append(("torch-warm", self._spawn(cmd, "torch-warm")))
+
+    def _spawn(self, cmd: list[str], name: str) -> subprocess.Popen:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        self.say(f"background {name}: {shlex.join(cmd[1:])}")
+        with open(self.work / f"{name}.log", "ab") as log:
+            return subprocess.Popen(
+                cmd,
+                cwd=str(ROOT),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def stop_background(self, wait_until: float) -> None:
+        """Let the background compiles finish until ``wait_until``, then stop them all (the
+        torch warm-up at once): step 2's timings run alone."""
+        for name, proc in getattr(self, "background", []):
+            while name != "torch-warm" and proc.poll() is None and time.time() < wait_until:
+                time.sleep(0.5)
+            if proc.poll() is None:
+                _kill_group(proc)
+                self.say(f"background {name}: stopped")
+            self.record({"step": "background", "what": name, "status": proc.returncode})
+        self.background = []
+
     def step_numerics(self) -> None:
         end = self.step_end("numerics")
         out = self.out / "numerics.jsonl"
@@ -614,6 +674,7 @@ class Window:
 
     def step_latency(self) -> None:
         end = self.step_end("latency")
+        self.stop_background(time.time() + 0.25 * max(0.0, end - time.time()))
         gpu = self.gpu_present
         models = self.args.latency_models or (LATENCY_MODELS if gpu else SMOKE_LATENCY)
         configs = self.args.latency_configs or (LATENCY_CONFIGS if gpu else SMOKE_CONFIGS)
@@ -1211,6 +1272,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     window.summary()
     skip = set(filter(None, args.skip.split(",")))
+    window.start_background()
     steps = [
         ("numerics", window.step_numerics, 30),
         ("latency", window.step_latency, 40),
@@ -1232,6 +1294,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             window.not_reached.append(f"{name}: {type(err).__name__}: {str(err)[:300]}")
         window.summary()
+    window.stop_background(time.time())
     window.say(f"summary -> {window.out / 'summary.md'}")
     print((window.out / "summary.md").read_text(), flush=True)
     if not gpu:

@@ -180,3 +180,34 @@ def test_results_published_and_readme_table_generated(tmp_path):
     readme.write_text("# nothing to replace\n")
     with pytest.raises(SystemExit):
         gpu_window.update_readme(path, readme)
+
+
+def test_background_compiles_on_a_gpu(tmp_path, monkeypatch):
+    """With a GPU, step 2's builds that step 1 does not make compile during step 1 (and the
+    twins' torch.compile warms Inductor's caches); all are stopped before step 2 times."""
+    args = gpu_window.parse_args(["--out", str(tmp_path / "o"), "--work", str(tmp_path / "w")])
+    args.numerics = gpu_window.NUMERICS_MODELS
+    window = gpu_window.Window(args)
+    window.gpu = {"exist": True}
+    spawned = {}
+
+    class Done:
+        returncode = 0
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(
+        window, "_spawn", lambda cmd, name: spawned.setdefault(name, cmd) and Done()
+    )
+    window.start_background()
+    assert set(spawned) == {"precompile-shared", "precompile-alone", "torch-warm"}
+    shared = spawned["precompile-shared"]
+    models = shared[shared.index("--models") + 1 : shared.index("--configs")]
+    assert "squeezenet" not in models and "nasnet_cifar" in models
+    assert "--compile-only" in shared and "--compile-only" not in spawned["torch-warm"]
+    alone = spawned["precompile-alone"]
+    assert alone[alone.index("--models") + 1] == "squeezenet"
+    window.stop_background(0)
+    assert window.background == []
+    assert (tmp_path / "o" / "window.jsonl").read_text().count('"background"') == 3
