@@ -16,12 +16,16 @@ first matching rule schedules it (its ``T.parallel`` loop runs on ``--threads`` 
 Prints median microseconds of both and the speed-up.
 
 ``--ort``: the per-operator report against ONNX Runtime. Each distinct operator of the ONNX
-model (a node, or a Conv / Gemm / MatMul with the Relu that alone consumes it, which both
-TVM and ONNX Runtime fuse) becomes a one-operator ONNX model with the model's weights; that
-same file is compiled by ``tvm_rtask.compile(policy="sequential")`` (rules on) and run by
-ONNX Runtime (``intra_op_num_threads = --threads``), both checked against each other and
-timed in interleaved rounds. Rows sorted by the time tvm-rtask loses to ONNX Runtime over
-all uses of the operator in the model; the rule that scheduled it is named.
+model (a node, or a Conv / Gemm / MatMul with the BatchNormalization, Add / Sum and Relu
+that alone consume it in turn, which both TVM and ONNX Runtime fuse) becomes a one-operator
+ONNX model with the model's weights; that same file is compiled by
+``tvm_rtask.compile(policy="sequential")`` (rules on) and run by ONNX Runtime
+(``intra_op_num_threads = --threads``), both checked against each other and timed in
+interleaved rounds. Rows sorted by the time tvm-rtask loses to ONNX Runtime over all uses of
+the operator in the model; the rule that scheduled it is named. ``--baseline RULES`` builds
+each operator a second time with another rule set (e.g. the rule before a change:
+``'[Conv2dNCHW(narrow_strided=False), MatmulKN()]'``) and times it in the same interleaved
+rounds; ``--markdown FILE`` writes the report as a table.
 
 ``--e2e``: whole models under ``tvm_rtask.compile(policy="wavefront")`` with the rules off
 and on (option ``cpu_rules``, both with ``db=False``: no tuning records), with the record set
@@ -36,6 +40,7 @@ leaves it out).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import time
@@ -53,8 +58,11 @@ from tvm_rtask.testing.onnx_light import load_light_model
 
 # Seconds between the blocks of interleaved calls (see ``interleaved``).
 PAUSE_S = 0.1
-# One operator of the ONNX model: these are fused with a Relu that alone consumes them.
+# One operator of the ONNX model: these start a chain with what alone consumes them in turn
+# (FUSED_AFTER, in this order, each at most once: batch norm, the residual add, relu), which
+# both TVM (FuseOps) and ONNX Runtime (its Conv fusions) run as one kernel.
 FUSES_RELU = ("Conv", "Gemm", "MatMul")
+FUSED_AFTER = (("BatchNormalization",), ("Add", "Sum"), ("Relu",))
 
 
 def prepared_funcs(name_or_mod, target: tvm.target.Target) -> dict:
@@ -126,10 +134,18 @@ def bench_model(name: str, target, repeat: int, only: str | None) -> list[dict]:
     return rows
 
 
+# The clock of ``interleaved``: wall time, or (``--cpu-time``) the calling thread's CPU time,
+# which leaves out the time the thread waits while other processes run: with one thread both
+# runtimes compute in the calling thread (TVM's pool of one runs the task inline, ONNX
+# Runtime's intra-op pool of one is the caller), so on a loaded machine it is the steadier
+# measure (min and median a few percent apart where wall times varied 10x).
+CLOCK = time.perf_counter
+
+
 def interleaved(runners: dict, warmup: int, repeat: int, rounds: int) -> dict[str, dict]:
     """Median, p10 and p90 (ms) of each runner: ``warmup`` calls each, then ``rounds`` rounds
     of ``repeat`` calls of every runner in turn (load from other processes hits them alike),
-    a pause of ``PAUSE_S`` before each block."""
+    a pause of ``PAUSE_S`` before each block. Timed with :data:`CLOCK`."""
     samples = {c: [] for c in runners}
     for run_ in runners.values():
         for _ in range(warmup):
@@ -140,13 +156,18 @@ def interleaved(runners: dict, warmup: int, repeat: int, rounds: int) -> dict[st
             # Runtime's both spin after a call) before this one is timed
             time.sleep(PAUSE_S)
             for _ in range(repeat):
-                start = time.perf_counter()
+                start = CLOCK()
                 run_()
-                samples[config].append((time.perf_counter() - start) * 1e3)
+                samples[config].append((CLOCK() - start) * 1e3)
     stats = {}
     for config, values in samples.items():
         p10, p50, p90 = np.percentile(values, [10, 50, 90])
-        stats[config] = {"median_ms": float(p50), "p10_ms": float(p10), "p90_ms": float(p90)}
+        stats[config] = {
+            "median_ms": float(p50),
+            "p10_ms": float(p10),
+            "p90_ms": float(p90),
+            "min_ms": float(np.min(values)),
+        }
     return stats
 
 
@@ -229,15 +250,21 @@ def onnx_operators(model) -> list[dict]:
     groups, i = [], 0
     while i < len(nodes):
         group = [nodes[i]]
-        nxt = nodes[i + 1] if i + 1 < len(nodes) else None
-        if (
-            nodes[i].op_type in FUSES_RELU
-            and nxt is not None
-            and nxt.op_type == "Relu"
-            and nxt.input[0] == nodes[i].output[0]
-            and consumers.get(nodes[i].output[0]) == 1
-        ):
-            group.append(nxt)
+        if nodes[i].op_type in FUSES_RELU:
+            stage = 0
+            while i + len(group) < len(nodes):
+                nxt, last = nodes[i + len(group)], group[-1].output[0]
+                kinds = [k for k, types in enumerate(FUSED_AFTER) if nxt.op_type in types]
+                if (
+                    not kinds
+                    or kinds[0] < stage
+                    or last not in nxt.input
+                    or consumers.get(last) != 1
+                    or (nxt.op_type == "BatchNormalization" and nxt.input[0] != last)
+                ):
+                    break
+                group.append(nxt)
+                stage = kinds[0] + 1
         groups.append(group)
         i += len(group)
     found: dict[str, dict] = {}
@@ -280,6 +307,15 @@ def onnx_operators(model) -> list[dict]:
             "ops": "+".join(n.op_type for n in group),
             "nodes": [n.name or n.output[0] for n in group],
             "input_shapes": [shapes.get(v.name) for v in inputs],
+            "weight_shapes": [list(w.dims) for w in weights],
+            "strides": next(
+                (
+                    list(helper.get_attribute_value(a))
+                    for a in group[0].attribute
+                    if a.name == "strides"
+                ),
+                None,
+            ),
             "output_shape": shapes[out],
             "uses": 1,
             "model": mini_model,
@@ -297,11 +333,54 @@ def _rules_of(mod, target) -> list[str]:
     return names
 
 
+@contextlib.contextmanager
+def rule_set(expression: str | None):
+    """Within: ``schedule_cpu_func`` tries the rules of ``expression`` (Python, evaluated
+    with the names of ``tvm_rtask.backend.cpu.rules``, e.g. ``"[Conv2dNCHW(narrow_strided=
+    False), MatmulKN()]"``) instead of its default rules; nothing changes for None."""
+    from tvm_rtask.backend.cpu import rules as rules_module
+
+    if expression is None:
+        yield
+        return
+    chosen = eval(expression, dict(vars(rules_module)))  # noqa: S307 (a bench option)
+    saved = rules_module.default_rules
+    rules_module.default_rules = lambda: list(chosen)
+    try:
+        yield
+    finally:
+        rules_module.default_rules = saved
+
+
+# ``--stacked-sum``: apply relax_passes/stacked_sum.py (not in the pipeline yet) to the
+# imported module before tvm-rtask compiles it
+PRE_PASSES: list = []
+
+
+def load_module(model):
+    """``tvm_rtask.frontend.load(model)`` with :data:`PRE_PASSES` applied."""
+    from tvm import relax
+
+    mod = tvm_rtask.frontend.load(model)
+    if PRE_PASSES:
+        mod = relax.transform.DeadCodeElimination()(tvm.transform.Sequential(PRE_PASSES)(mod))
+    return mod
+
+
 def ort_report(
-    name: str, target, threads: int, warmup: int, repeat: int, rounds: int, only=None
+    name: str,
+    target,
+    threads: int,
+    warmup: int,
+    repeat: int,
+    rounds: int,
+    only=None,
+    baseline: str | None = None,
 ) -> dict:
     """Per operator of light model ``name``: tvm-rtask (sequential, rules on) and ONNX Runtime
-    on the same one-operator ONNX model; see the module docstring."""
+    on the same one-operator ONNX model; see the module docstring. ``baseline``: another rule
+    set (see :func:`rule_set`) built too, without :data:`PRE_PASSES`, and timed in the same
+    interleaved rounds (``rtask_baseline_ms``), for before/after pairs of a change."""
     from tvm import relax
 
     from tvm_rtask.testing.onnx_light import random_inputs, relative_error
@@ -311,10 +390,18 @@ def ort_report(
         if only and only not in op["ops"]:
             continue
         inputs = random_inputs(op["model"])
-        mod = tvm_rtask.frontend.load(op["model"])
+        mod = load_module(op["model"])
         try:
             # the rules alone (db=False): a shipped record set is timed by --e2e
             ex = tvm_rtask.compile(mod, target, policy="sequential", num_veu=threads, db=False)
+            if baseline is not None:
+                # the state before: the baseline's rules, and no PRE_PASSES
+                base_mod = tvm_rtask.frontend.load(op["model"])
+                with rule_set(baseline):
+                    ex_base = tvm_rtask.compile(
+                        base_mod, target, policy="sequential", num_veu=threads, db=False
+                    )
+                    base_rules = _rules_of(base_mod, target)
         except Exception as err:  # reported, not fatal: the other operators still count
             message = str(err).strip().splitlines()[-1][:200]
             print(f"{name:13s} {op['ops']:10s} {str(op['input_shapes'][:1]):22s} failed: {message}")
@@ -328,15 +415,21 @@ def ort_report(
         got = _vm_outputs(vm["main"](*args))
         expected = session.run(None, inputs)
         error = max(relative_error(a, b) for a, b in zip(got, expected, strict=True))
-        stats = interleaved(
-            {
-                "rtask": lambda vm=vm, args=args: vm["main"](*args),
-                "onnxruntime": lambda s=session, x=inputs: s.run(None, x),
-            },
-            warmup,
-            repeat,
-            rounds,
-        )
+        runners = {
+            "rtask": lambda vm=vm, args=args: vm["main"](*args),
+            "onnxruntime": lambda s=session, x=inputs: s.run(None, x),
+        }
+        if baseline is not None:
+            vm_base = relax.VirtualMachine(ex_base, tvm.cpu())
+            error = max(
+                error,
+                *(
+                    relative_error(a, b)
+                    for a, b in zip(_vm_outputs(vm_base["main"](*args)), expected, strict=True)
+                ),
+            )
+            runners["rtask_baseline"] = lambda vm=vm_base, args=args: vm["main"](*args)
+        stats = interleaved(runners, warmup, repeat, rounds)
         rt, ort_ms = stats["rtask"]["median_ms"], stats["onnxruntime"]["median_ms"]
         row = {k: v for k, v in op.items() if k not in ("model", "key")}
         row.update(
@@ -348,11 +441,16 @@ def ort_report(
             rel_error=error,
             stats=stats,
         )
+        base = ""
+        if baseline is not None:
+            base_ms = stats["rtask_baseline"]["median_ms"]
+            row.update(baseline_rules=base_rules, rtask_baseline_ms=base_ms)
+            base = f"  (baseline {base_ms:8.3f} ms, x{base_ms / rt:4.2f})"
         rows.append(row)
         print(
             f"{name:13s} {row['ops']:10s} {str(op['input_shapes'][:1]):22s} x{op['uses']:<2d} "
             f"rtask {rt:8.3f} ms  ORT {ort_ms:8.3f} ms  {rt / ort_ms:5.1f}x  "
-            f"{','.join(row['rules']) or '-':14s} err {error:.1e}",
+            f"{','.join(row['rules']) or '-':14s} err {error:.1e}{base}",
             flush=True,
         )
     rows.sort(key=lambda r: -r["lost_ms"])
@@ -360,6 +458,8 @@ def ort_report(
         "rtask_ms": sum(r["rtask_ms"] * r["uses"] for r in rows),
         "onnxruntime_ms": sum(r["onnxruntime_ms"] * r["uses"] for r in rows),
     }
+    if baseline is not None:
+        total["rtask_baseline_ms"] = sum(r["rtask_baseline_ms"] * r["uses"] for r in rows)
     print(
         f"{name}: sum over operators x uses: tvm-rtask {total['rtask_ms']:.2f} ms, "
         f"ONNX Runtime {total['onnxruntime_ms']:.2f} ms; largest losses:"
@@ -370,6 +470,76 @@ def ort_report(
             f"lost {r['lost_ms']:7.3f} ms ({r['ratio']:.1f}x)"
         )
     return {"name": name, "total": total, "operators": rows, "failed": failed}
+
+
+def markdown_report(doc: dict, top: int = 15) -> str:
+    """The ``--ort`` report as Markdown: per model the sums and the ``top`` operators by time
+    lost to ONNX Runtime (with the baseline rule set's time when there is one)."""
+    machine = doc["machine"]
+    lines = [
+        f"# Per-operator CPU report against ONNX Runtime ({doc['date']})",
+        "",
+        "**Measured under load from other jobs; ratios only.** The machine "
+        f"({machine['cpu']}, LLVM `{machine['llvm_host_cpu']}`) was shared with other "
+        f"sessions' builds and tests (load average {machine['load_average']} before, "
+        f"{machine.get('load_average_after')} after, on 2 cores): absolute times are "
+        "inflated and noisy; tvm-rtask, its baseline and ONNX Runtime were timed interleaved "
+        "in one process, so their ratios are what to read.",
+        "",
+        f"Command: `{doc['command']}`; target `{doc['target']}`, {machine['threads']} "
+        f"thread(s) for both runtimes; medians of {doc.get('clock', 'wall time')}. "
+        "Each row is one distinct operator of the ONNX model as a one-operator ONNX model "
+        "(a Conv / Gemm with the batch norm, residual add "
+        "and relu that alone consume it in turn, as both runtimes fuse them), built by "
+        '`tvm_rtask.compile(policy="sequential", db=False)` (rules only) and run by ONNX '
+        "Runtime; `lost` is (tvm-rtask - ONNX Runtime) x uses."
+        + (
+            f" Relax passes applied before compiling: {', '.join(doc['pre_passes'])}."
+            if doc.get("pre_passes")
+            else ""
+        ),
+    ]
+    for model in doc["models"]:
+        total = model["total"]
+        has_base = "rtask_baseline_ms" in total
+        lines += [
+            "",
+            f"## {model['name']}",
+            "",
+            f"Sum over operators x uses: tvm-rtask {total['rtask_ms']:.2f} ms, ONNX Runtime "
+            f"{total['onnxruntime_ms']:.2f} ms ({total['rtask_ms'] / total['onnxruntime_ms']:.2f}x)"
+            + (f"; baseline rules {total['rtask_baseline_ms']:.2f} ms" if has_base else ""),
+            "",
+            "| operator | input | weight / stride | output | uses | rule | tvm-rtask ms | "
+            + ("baseline ms | " if has_base else "")
+            + "ORT ms | ratio | lost ms | rel. error |",
+            "|---|---|---|---|---:|---|---:|"
+            + ("---:|" if has_base else "")
+            + "---:|---:|---:|---:|",
+        ]
+        for r in model["operators"][:top]:
+            shape = "x".join(str(d) for d in r["input_shapes"][0][1:]) if r["input_shapes"] else ""
+            out = "x".join(str(d) for d in r["output_shape"][1:])
+            base = f"{r['rtask_baseline_ms']:.3f} | " if has_base else ""
+            weights = r.get("weight_shapes") or []
+            weight = "x".join(str(d) for d in weights[0]) if weights else ""
+            if r.get("strides") and max(r["strides"]) > 1:
+                weight += f" /{r['strides'][0]}"
+            lines.append(
+                f"| {r['ops']} | {shape} | {weight} | {out} | {r['uses']} | "
+                f"{','.join(r['rules']) or 'none'} | {r['rtask_ms']:.3f} | {base}"
+                f"{r['onnxruntime_ms']:.3f} | {r['ratio']:.2f}x | {r['lost_ms']:.3f} | "
+                f"{r['rel_error']:.1e} |"
+            )
+        rest = model["operators"][top:]
+        if rest:
+            lines.append(
+                f"\n{len(rest)} more operators: {sum(r['lost_ms'] for r in rest):.3f} ms lost "
+                "in all (negative: faster than ONNX Runtime); all rows in the JSON file."
+            )
+        for f in model["failed"]:
+            lines.append(f"\nFailed: {f['ops']} {f['input_shapes']}: {f['error']}")
+    return "\n".join(lines) + "\n"
 
 
 # -- whole models -------------------------------------------------------------------------------
@@ -394,7 +564,7 @@ def _e2e_model(
     model = load_light_model(name)
     inputs = random_inputs(model)
     reference = onnxruntime_outputs(model, inputs)
-    mod = tvm_rtask.frontend.load(model)
+    mod = load_module(model)
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
     runners, result = {}, {"name": name, "target": str(target), "configs": {}}
     configs = [
@@ -496,9 +666,35 @@ def main() -> None:
         "--skip-rules-off", action="store_true", help="--e2e: leave out the rules-off build"
     )
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument(
+        "--baseline",
+        help="--ort: also build with this rule set (and without --stacked-sum) and time it in "
+        "the same rounds, e.g. "
+        "'[Conv2dNCHW(narrow_strided=False), MatmulKN()]' (names of backend.cpu.rules)",
+    )
+    parser.add_argument("--markdown", help="--ort: write the report as Markdown here")
+    parser.add_argument(
+        "--stacked-sum",
+        action="store_true",
+        help="--ort/--e2e: rewrite ONNX Sum into adds before compiling (StackedSumToAdd)",
+    )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with the calling thread's CPU time (only with --threads 1; see CLOCK)",
+    )
     args = parser.parse_args()
     target = as_target(json.loads(args.target) if args.target.startswith("{") else args.target)
     threads = args.threads or (2 if args.e2e or args.ort else 1)
+    if args.stacked_sum:
+        from tvm_rtask.relax_passes.stacked_sum import StackedSumToAdd
+
+        PRE_PASSES.append(StackedSumToAdd())
+    if args.cpu_time:
+        if threads != 1:
+            parser.error("--cpu-time measures the calling thread: use it with --threads 1")
+        global CLOCK
+        CLOCK = time.thread_time
     set_num_threads(threads)
     print(
         f"target {target} (the same for every tvm-rtask and TVM configuration), "
@@ -511,6 +707,8 @@ def main() -> None:
         "target": str(target),
         "device": f"cpu ({platform.processor() or platform.machine()}), {threads} threads",
         "machine": _machine(threads),
+        "clock": "thread CPU time" if args.cpu_time else "wall time",
+        "pre_passes": ["StackedSumToAdd"] if args.stacked_sum else [],
     }
     if args.e2e or args.ort:
         doc["versions"] = _versions()
@@ -529,7 +727,9 @@ def main() -> None:
         doc["models"] = models
     elif args.ort:
         doc["models"] = [
-            ort_report(m, target, threads, args.warmup, args.repeat, args.rounds, args.only)
+            ort_report(
+                m, target, threads, args.warmup, args.repeat, args.rounds, args.only, args.baseline
+            )
             for m in args.models
         ]
     else:
@@ -543,6 +743,9 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
+    if args.ort and args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_report(doc))
 
 
 if __name__ == "__main__":

@@ -48,8 +48,18 @@ CASES = {
     "3x3_s2_tail": (3, 8, 47, 3, 2, 0),  # strided, 23 columns: the last vector shifted
     "7x7_s2_pad3": (3, 8, 32, 7, 2, 3),  # Inception's stem
     "5x5_pad2_odd_cout": (4, 6, 9, 5, 1, 2),  # 6 channels, 9 columns: narrower than a vector
+    # strided rows narrower than a vector, read from the de-interleaved copy (ResNet-50's
+    # 1x1/2 and 3x3/2 convolutions at 14 and 7 columns ran unscheduled)
+    "1x1_s2_narrow": (64, 16, 14, 1, 2, 0),  # 7 columns, 64 MACs each
+    "3x3_s2_pad1_narrow": (16, 8, 28, 3, 2, 1),  # 14 columns, padded and de-interleaved
 }
-NATIVE_CASES = ("pointwise_13", "3x3_pad1_27", "3x3_s2_tail", "5x5_pad2_odd_cout")
+NATIVE_CASES = (
+    "pointwise_13",
+    "3x3_pad1_27",
+    "3x3_s2_tail",
+    "5x5_pad2_odd_cout",
+    "1x1_s2_narrow",
+)
 
 
 def _check(case, target):

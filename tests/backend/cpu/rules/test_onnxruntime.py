@@ -16,6 +16,7 @@ CONVS = {
     "c27": (16, 32, 27, 3, 1, 1, 1),  # 27 columns: 16 + a shifted 16
     "c13_1x1": (48, 64, 13, 1, 1, 0, 1),  # one pixel axis of 169
     "c_s2": (3, 16, 35, 3, 2, 0, 1),  # 17 strided columns
+    "c_s2_narrow": (64, 32, 14, 1, 2, 0, 1),  # 7 strided columns: de-interleaved copy
     "c_pad2": (8, 24, 11, 5, 1, 2, 1),  # 11 columns, narrower than a vector
     "c_grouped": (16, 32, 19, 3, 1, 1, 4),
     "c_depthwise": (24, 24, 20, 3, 1, 1, 24),

@@ -169,7 +169,13 @@ class Conv2dNCHW(CPUScheduleRule):
         flatten: bool = True,
         pad_once: bool = True,
         deinterleave: bool = True,
+        narrow_strided: bool = True,
+        pixels_outer: bool = True,
+        min_strided_macs: int = 16,
     ):
+        self.min_strided_macs = min_strided_macs
+        self.pixels_outer = pixels_outer
+        self.narrow_strided = narrow_strided
         self.deinterleave = deinterleave
         self.pad_once = pad_once
         self.flatten = flatten
@@ -190,9 +196,16 @@ class Conv2dNCHW(CPUScheduleRule):
         lanes = vector_lanes(target)
         xv = width_tile(x_ext, lanes)
         strided = _column_stride(sch, conv) > 1
-        if strided and (xv % lanes or extents[4] * extents[5] * rx_ext < 16):
-            # strided columns are gathered lane by lane: only worth it in whole vectors and
-            # with enough reduction per gather (a 3x3/2 depthwise conv was 1.9x slower)
+        macs = extents[4] * extents[5] * rx_ext  # per output
+        if strided and (
+            macs < self.min_strided_macs
+            or (xv % lanes and not (self.narrow_strided and self.deinterleave and macs >= 64))
+        ):
+            # strided columns gathered lane by lane: only worth it in whole vectors and with
+            # enough reduction per gather (a 3x3/2 depthwise conv was 1.9x slower). Rows
+            # narrower than a vector are read contiguously from the de-interleaved copy:
+            # scheduled when each output has 64 MACs or more (ResNet-50's 1x1/2 convolutions
+            # at 14 and 7 columns ran unscheduled, 15-76x slower than ONNX Runtime)
             return None
         # strided rows: one row a tile (SqueezeNet's 3x3/2 stem: 3 rows 4.8x slower)
         fi_ext, yr_ext = register_tile(
@@ -244,7 +257,23 @@ class Conv2dNCHW(CPUScheduleRule):
             outer = (n, yo, fg, fo)
         else:
             outer = (n, yo, fo) if rows_made else (n, fo, yo)
-        sch.reorder(*outer, xo, rc, ry, rx, fi, yi, xi)
+        # the innermost tile loop: the register tile's accumulators are written back under it
+        tile_loop = xo
+        pixels_outer = flat and self.pixels_outer and not rows_made and x_ext > xv
+        if pixels_outer:
+            # a 1x1 convolution as a GEMM: each pixel tile (its input strip, C x YR vectors)
+            # meets every channel block of its group before the next tile, so the input is
+            # read once and the weights (C x F / G) stay in L2; channel blocks outside the
+            # pixel tiles read the whole input again for each block (ResNet-50's 256 -> 128
+            # at 56x56: 3.2 MB of input, 16 times)
+            blocks = f_ext // fi_ext
+            groups = next((g for g in (4, 2) if blocks % g == 0), 1)
+            fg, fo = sch.split(fo, [groups, None])
+            outer = (n, yo, fg)
+            sch.reorder(*outer, xo, fo, rc, ry, rx, fi, yi, xi)
+            tile_loop = fo
+        else:
+            sch.reorder(*outer, xo, rc, ry, rx, fi, yi, xi)
         if strided and self.deinterleave:
             # the input rows a row tile reads, copied (or padded) with the columns of each
             # phase of the stride together: ``x*s + rx`` becomes column ``x + rx//s`` of phase
@@ -267,7 +296,7 @@ class Conv2dNCHW(CPUScheduleRule):
                 conv, ("write", 0), lambda n_, f_, y_, x_: (n_, f_, y_ * width + x_)
             )
             sch.transform_block_layout(acc, lambda n_, f_, y_, x_: (n_, f_, y_ * width + x_))
-        sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
+        sch.reverse_compute_at(acc, tile_loop, preserve_unit_loops=True)
         # padded: the rows of one row tile are padded once, for every channel block (fused
         # with the channel blocks, they were padded again for each)
         par = sch.fuse(*outer[:3]) if rows_made and self.pad_once else sch.fuse(*outer)
@@ -288,7 +317,7 @@ class Conv2dNCHW(CPUScheduleRule):
         init = sch.decompose_reduction(conv, rc)
         for block in (init, acc):
             loops = sch.get_loops(block)
-            x_o = sch.get(xo)
+            x_o = sch.get(tile_loop)
             loops = loops[[sch.get(lp).same_as(x_o) for lp in loops].index(True) + 1 :]
             if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
                 if extent_of(sch, loops[-1]) == lanes_tile:
