@@ -48,7 +48,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -59,6 +58,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+
+from gpu_check import _kill_group, _read_jsonl  # noqa: E402 - the kit's helpers
 
 # -- what the window runs ---------------------------------------------------------------------
 TARGET = {"kind": "cuda", "arch": "sm_90"}
@@ -1126,25 +1127,22 @@ def update_readme(path: str | Path, readme: Path = ROOT / "README.md") -> None:
 
 # -- helpers ------------------------------------------------------------------------------------
 def _probe_gpu(force_absent: bool) -> dict:
+    """gpu_check's probe: TVM's view of ``cuda(0)`` from a subprocess (a CUDA context in
+    this driver process would hold the GPU through every step), and nvidia-smi's."""
     if force_absent:
-        return {"exist": False, "forced": True}
+        return {"exist": False, "forced": "--no-gpu"}
+    from gpu_check import _PROBE
+    from harness import gpu_info
+
     try:
-        import tvm
-
-        dev = tvm.cuda(0)
-        info = {"exist": bool(dev.exist)}
-        if dev.exist:
-            info.update(
-                device_name=dev.device_name,
-                compute_version=dev.compute_version,
-                multi_processor_count=dev.multi_processor_count,
-            )
-        from harness import gpu_info
-
-        info["nvidia_smi"] = gpu_info()
-        return info
-    except Exception as err:  # noqa: BLE001
-        return {"exist": False, "error": str(err)[:300]}
+        out = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
+        )
+        info = json.loads(out.stdout.strip().splitlines()[-1])
+    except Exception as err:  # noqa: BLE001 - no TVM at all, a crash, ...
+        info = {"exist": False, "error": f"{type(err).__name__}: {err}"[:300]}
+    info["nvidia_smi"] = gpu_info()
+    return info
 
 
 def _append(path: Path, rec: dict) -> None:
@@ -1153,19 +1151,6 @@ def _append(path: Path, rec: dict) -> None:
         f.write(line)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    out = []
-    try:
-        for line in Path(path).read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    except OSError:
-        pass
-    return out
 
 
 def _read_json(path: Path) -> dict:
@@ -1194,14 +1179,6 @@ def _device_slug(name: str | None) -> str:
         if short in text:
             return short
     return _slug(text)[:40] or "gpu"
-
-
-def _kill_group(proc) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def parse_args(argv):
