@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         "The two device calls, back to back (docs/gpu.md):\n"
         '  1. carry [".gpu/a"]:  mkdir -p /tmp/gpua && cp .gpu/a/* /tmp/gpua/\n'
         '  2. carry [".gpu/b"]:  T0=$(date +%s); source .gpu/b/setup.sh && '
-        'make gpu-window ARGS="--since $T0"'
+        'make gpu-window ARGS="--since $T0"\n'
+        "     (no make there: python3 bench/gpu_window.py --since $T0)"
     )
     return 1 if problems else 0
 
