@@ -108,10 +108,14 @@ def first_part_bytes(tree: int, margin: int = MIB) -> int:
 
 
 def compress_prep(prep: Path, dest: Path) -> None:
-    """``prep/manifest.json`` and ``prep/nvcc/`` as ``dest`` (tar, xz preset 6)."""
+    """``prep/manifest.json`` and the entries of ``prep/nvcc/`` it lists (those this pack's
+    builds used; the cache keeps older ones for later packs) as ``dest`` (tar, xz preset 6)."""
+    manifest = json.loads((prep / "manifest.json").read_text())
     with lzma.open(dest, "wb", preset=6) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
         tar.add(prep / "manifest.json", arcname="manifest.json")
-        tar.add(prep / "nvcc", arcname="nvcc")
+        for entry in manifest.get("nvcc_entries", []):
+            for suffix in (".cubin", ".ptxas"):
+                tar.add(prep / "nvcc" / f"{entry}{suffix}", arcname=f"nvcc/{entry}{suffix}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +138,6 @@ def main(argv: list[str] | None = None) -> int:
     manifest: dict = {}
     if not args.no_prepare:
         t = time.time()
-        shutil.rmtree(prep / "nvcc", ignore_errors=True)  # only this tree's builds go
         cmd = [sys.executable, str(HERE / "gpu_window.py"), "--prepare", str(prep)]
         cmd += ["--jobs", str(args.jobs)] + (["--smoke"] if args.smoke else [])
         status = subprocess.run(cmd, cwd=str(ROOT)).returncode

@@ -321,10 +321,13 @@ def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
     from tvm_rtask.backend.cuda import compile_cache
 
     prep.mkdir(parents=True, exist_ok=True)
+    # kept between packs: an unchanged source is not compiled again; the pack carries only
+    # the entries this pack's builds wrote or read (compile_cache marks a hit by its mtime)
     nvcc_dir = prep / "nvcc"
     env = dict(os.environ, **{compile_cache.CACHE_ENV: str(nvcc_dir)})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     started = time.time()
+    used_since = started - 2  # mtime granularity
     manifest: dict = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "arch": TARGET["arch"],
@@ -391,9 +394,13 @@ def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
                     | ({"error": error} if error else {})
                 )
     shutil.rmtree(prep / "harness-cache", ignore_errors=True)  # executables hold the weights
-    entries = sorted(p.stem for p in nvcc_dir.glob("*.cubin"))
+    entries = sorted(p.stem for p in nvcc_dir.glob("*.cubin") if p.stat().st_mtime >= used_since)
     manifest["nvcc_entries"] = entries
-    manifest["nvcc_bytes"] = sum(p.stat().st_size for p in nvcc_dir.glob("*"))
+    manifest["nvcc_bytes"] = sum(
+        (nvcc_dir / f"{e}{suffix}").stat().st_size
+        for e in entries
+        for suffix in (".cubin", ".ptxas")
+    )
     manifest["seconds"] = round(time.time() - started, 1)
     manifest["failed_commands"] = failed
     (prep / PACK_MANIFEST).write_text(json.dumps(manifest, indent=1))

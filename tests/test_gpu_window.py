@@ -211,3 +211,16 @@ def test_background_compiles_on_a_gpu(tmp_path, monkeypatch):
     window.stop_background(0)
     assert window.background == []
     assert (tmp_path / "o" / "window.jsonl").read_text().count('"background"') == 3
+
+
+def test_pack_carries_only_the_entries_its_builds_used(tmp_path):
+    prep = tmp_path / "prep"
+    (prep / "nvcc").mkdir(parents=True)
+    for key in ("used", "old"):
+        (prep / "nvcc" / f"{key}.cubin").write_bytes(b"cubin")
+        (prep / "nvcc" / f"{key}.ptxas").write_text("report")
+    (prep / "manifest.json").write_text(json.dumps({"nvcc_entries": ["used"]}))
+    gpu_pack.compress_prep(prep, tmp_path / "prep.tar.xz")
+    with tarfile.open(tmp_path / "prep.tar.xz") as tar:
+        names = sorted(tar.getnames())
+    assert names == ["manifest.json", "nvcc/used.cubin", "nvcc/used.ptxas"]

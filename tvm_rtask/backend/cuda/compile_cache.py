@@ -136,6 +136,16 @@ def _read(base: Path) -> Compiled | None:
     return Compiled(data, report)
 
 
+def _touch(base: Path) -> None:
+    """Mark an entry used now (its mtime): ``make gpu-pack`` carries only the entries its
+    builds used, from a cache that it keeps between packs."""
+    for suffix in (".cubin", ".ptxas"):
+        try:
+            os.utime(base.with_suffix(suffix))
+        except OSError:
+            pass
+
+
 def _write(base: Path, compiled: Compiled) -> None:
     """Write both files through temporary names, the cubin first, so a reader sees whole
     files; the digest in the report catches a cubin replaced in between."""
@@ -160,6 +170,7 @@ def compile_source(source: str, arch: str, nvcc: str | None = None) -> Compiled:
     cached = _read(base)
     if cached is not None:
         _STATS["hits"] += 1
+        _touch(base)
         return cached
     _STATS["misses"] += 1
     started = time.perf_counter()
