@@ -41,7 +41,7 @@ Configurations (``--configs`` picks any of them by name)
 ``tvm_cuda_graph``                 the same with ``relax.backend.use_cuda_graph`` (cuda only)
 ``sequential``                     tvm-rtask, policy sequential ("RammerBase"), target's barriers
 ``wavefront_counter``              tvm-rtask, wavefront, dependency counters (cuda only)
-``wavefront_cuda_graph``           the same under ``relax.backend.use_cuda_graph`` (cuda only)
+``wavefront_cuda_graph``           the same under ``relax.backend.use_cuda_graph`` (cuda, opt-in)
 ``wavefront_fine``                 tvm-rtask, Rammer's wavefront policy, fine (step-array) barriers
 ``wavefront_global``               tvm-rtask, wavefront, global barriers (llvm default set only)
 ``ios``, ``opara``, ...            tvm-rtask, every other policy with the target's barriers (cuda
@@ -159,7 +159,7 @@ def all_configurations(target_kind: str) -> list[dict]:
     if "wavefront" in policies:
         if gpu:
             rtask.append(("wavefront_counter", "wavefront", "counter", True))
-            rtask.append(("wavefront_cuda_graph", "wavefront", "counter", True))
+            rtask.append(("wavefront_cuda_graph", "wavefront", "counter", False))
         rtask += [
             ("wavefront_fine", "wavefront", "fine", True),
             ("wavefront_global", "wavefront", "global", not gpu),
