@@ -451,6 +451,7 @@ class Window:
         self.start = args.since
         self.deadline = self.start + args.deadline
         self.steps: dict[str, dict] = {}
+        self.start_margin = 10.0  # no worker starts later than this before its step's end
         self.not_reached: list[str] = []
         self.lines: list[str] = []
         self.gpu: dict = {}
@@ -507,13 +508,17 @@ class Window:
                 time.sleep(0.3)
         return proc.returncode
 
-    def run_many(self, cmds: list[tuple[str, list[str]]], parallel: int, end: float) -> list[str]:
-        """Commands ``parallel`` at a time; the names of those cut at ``end`` or not started."""
+    def run_many(
+        self, cmds: list[tuple[str, list[str]]], parallel: int, end: float, keep=None
+    ) -> list[str]:
+        """Commands ``parallel`` at a time; the names of those cut at ``end`` or not started.
+        With a list ``keep``, those still running at ``end`` go on, appended to it as
+        ``(name, process)``, instead of being cut."""
         pending, running, cut = list(cmds), [], []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         while pending or running:
-            while pending and len(running) < parallel and time.time() < end - 10:
+            while pending and len(running) < parallel and time.time() < end - self.start_margin:
                 name, cmd = pending.pop(0)
                 log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115 - closed below
                 proc = subprocess.Popen(
@@ -525,11 +530,15 @@ class Window:
                     start_new_session=True,
                 )
                 running.append((name, proc, log))
-            if pending and time.time() >= end - 10:
+            if pending and time.time() >= end - self.start_margin:
                 cut += [name for name, _ in pending]
                 pending = []
             still = []
             for name, proc, log in running:
+                if proc.poll() is None and time.time() > end and keep is not None:
+                    keep.append((name, proc))
+                    log.close()
+                    continue
                 if proc.poll() is None and time.time() > end:
                     _kill_group(proc)
                     cut.append(name)
@@ -627,14 +636,24 @@ class Window:
     def stop_background(self, wait_until: float) -> None:
         """Let the background compiles finish until ``wait_until``, then stop them all (the
         torch warm-up at once): step 2's timings run alone."""
-        for name, proc in getattr(self, "background", []):
+        background = getattr(self, "background", [])
+        late = [(n, p) for n, p in background if n.startswith("numerics")]
+        for name, proc in late + [b for b in background if b not in late]:
             while name != "torch-warm" and proc.poll() is None and time.time() < wait_until:
                 time.sleep(0.5)
             if proc.poll() is None:
                 _kill_group(proc)
                 self.say(f"background {name}: stopped")
+                if name.startswith("numerics"):
+                    self.not_reached.append(f"numerics {name} (cut before step 2's timings)")
             self.record({"step": "background", "what": name, "status": proc.returncode})
         self.background = []
+        if late and "numerics" in self.steps:  # their records, written since step 1 ended
+            known = len(self.steps["numerics"]["records"])
+            recs = _read_jsonl(self.out / "numerics.jsonl")
+            for rec in recs[known:]:
+                self.record({**rec, "late": True})
+            self.steps["numerics"]["records"] = recs
 
     def step_numerics(self) -> None:
         end = self.step_end("numerics")
@@ -666,8 +685,12 @@ class Window:
                 self.not_reached.append("numerics: CUDA codegen (no nvcc here)")
         parallel = self.args.jobs or (len(cmds) if self.gpu_present else 2)
         t0 = time.time()
-        cut = self.run_many(cmds, parallel, end)
+        # on a GPU, a model still building at the step's end goes on beside step 2's
+        # background compiles, until step 2 times anything (stop_background)
+        late: list = []
+        cut = self.run_many(cmds, parallel, end, keep=late if self.gpu_present else None)
         self.not_reached += [f"numerics {c}" for c in cut]
+        self.background = getattr(self, "background", []) + late
         recs = _read_jsonl(out)
         packed = {b["model"]: b.get("inputs_sha") for b in self.manifest.get("builds", [])}
         for rec in recs:
@@ -678,6 +701,7 @@ class Window:
             "seconds": round(time.time() - t0, 1),
             "records": recs,
             "cut": cut,
+            "continuing": [name for name, _ in late],
         }
 
     def step_latency(self) -> None:

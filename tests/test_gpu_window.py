@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,30 @@ def test_background_compiles_on_a_gpu(tmp_path, monkeypatch):
     window.stop_background(0)
     assert window.background == []
     assert (tmp_path / "o" / "window.jsonl").read_text().count('"background"') == 3
+
+
+def test_a_model_still_building_at_step_1s_end_goes_on_until_step_2(tmp_path):
+    """On a GPU a numerics worker running at step 1's end is kept (not cut), waited for
+    before step 2 times, and its record, written late, reaches the summary."""
+    args = gpu_window.parse_args(["--out", str(tmp_path / "o"), "--work", str(tmp_path / "w")])
+    window = gpu_window.Window(args)
+    out = window.out / "numerics.jsonl"
+    record = json.dumps({"model": "zoo:late", "ok": True})
+    slow = [
+        sys.executable,
+        "-c",
+        f"import time; time.sleep(1.5); open({str(out)!r}, 'a').write({record!r} + '\\n')",
+    ]
+    window.start_margin = 0
+    late: list = []
+    cut = window.run_many([("numerics-late", slow)], 2, time.time() + 0.5, keep=late)
+    assert cut == [] and [n for n, _ in late] == ["numerics-late"]
+    window.background = late
+    window.steps["numerics"] = {"records": []}
+    window.stop_background(time.time() + 30)
+    assert window.steps["numerics"]["records"] == [{"model": "zoo:late", "ok": True}]
+    assert '"late": true' in (window.out / "window.jsonl").read_text()
+    assert not window.not_reached
 
 
 def test_pack_carries_only_the_entries_its_builds_used(tmp_path):
