@@ -43,6 +43,8 @@ import argparse
 import contextlib
 import json
 import platform
+import shlex
+import sys
 import time
 
 import numpy as np
@@ -497,7 +499,8 @@ def markdown_report(doc: dict, top: int = 15) -> str:
             f" Relax passes applied before compiling: {', '.join(doc['pre_passes'])}."
             if doc.get("pre_passes")
             else ""
-        ),
+        )
+        + (f" Code: {doc['code']}." if doc.get("code") else ""),
     ]
     for model in doc["models"]:
         total = model["total"]
@@ -702,7 +705,7 @@ def main() -> None:
         flush=True,
     )
     doc = {
-        "command": "python bench/cpu_ops.py " + " ".join(__import__("sys").argv[1:]),
+        "command": "python bench/cpu_ops.py " + shlex.join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "target": str(target),
         "device": f"cpu ({platform.processor() or platform.machine()}), {threads} threads",

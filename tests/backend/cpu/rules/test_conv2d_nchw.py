@@ -52,6 +52,7 @@ CASES = {
     # 1x1/2 and 3x3/2 convolutions at 14 and 7 columns ran unscheduled)
     "1x1_s2_narrow": (64, 16, 14, 1, 2, 0),  # 7 columns, 64 MACs each
     "3x3_s2_pad1_narrow": (16, 8, 28, 3, 2, 1),  # 14 columns, padded and de-interleaved
+    "3x3_pad1_7": (32, 16, 7, 3, 1, 1),  # rows narrower than a vector: 7 rows a tile
 }
 NATIVE_CASES = (
     "pointwise_13",
@@ -59,6 +60,7 @@ NATIVE_CASES = (
     "3x3_s2_tail",
     "5x5_pad2_odd_cout",
     "1x1_s2_narrow",
+    "3x3_pad1_7",
 )
 
 
@@ -184,6 +186,8 @@ def test_vector_lanes_and_tiles():
     assert register_tile(64, 13, 24, 8) == (8, 1)  # 13 rows: no row tile
     assert register_tile(6, 9, 24, 8) == (6, 3)
     assert register_tile(192, 55, 24, 8, 1) == (8, 1)
+    # rows narrower than a vector (7x7): up to 8 rows a tile, so each weight serves 7
+    assert register_tile(512, 7, 24, 8, 8) == (2, 7)
     assert register_tile(64, 10, 24, 8, divides=False) == (6, 3) or register_tile(
         64, 10, 24, 8, divides=False
     ) == (8, 3)

@@ -113,10 +113,14 @@ def register_tile(
     max_channel_block: int,
     max_rows: int = 4,
     divides: bool = True,
+    pixels: tuple[int, int] | None = None,
 ) -> tuple[int, int]:
     """``(FI, YR)``: divisors of the channels and the rows with ``FI * YR`` accumulator
     vectors within ``acc_vectors``, with the most FMAs per load (``FI*YR / (FI+YR)``); ties go
-    to more channels (fewer padded input rows to make)."""
+    to more channels (fewer padded input rows to make). ``pixels = (P, lanes)``: ``YR``
+    vectors of ``lanes`` along a pixel axis of ``P`` whose last tile is shifted back, so
+    ``ceil(P / (YR*lanes)) * YR*lanes`` pixels are computed: FMAs per load are divided by
+    that overcompute (49 pixels: 2 tiles of 3 vectors compute 96, 2 tiles of 2 compute 64)."""
     best, best_key = (1, 1), (0.0, 0)
     for fi in range(1, min(channels, max_channel_block) + 1):
         if channels % fi:
@@ -124,7 +128,11 @@ def register_tile(
         for yr in range(1, min(rows, max_rows) + 1):
             if (divides and rows % yr) or fi * yr > acc_vectors:
                 continue
-            key = (fi * yr / (fi + yr), fi)
+            waste = 1.0
+            if pixels is not None:
+                tile = yr * pixels[1]
+                waste = -(-pixels[0] // tile) * tile / pixels[0]
+            key = (fi * yr / (fi + yr) / waste, fi)
             if key > best_key:
                 best, best_key = (fi, yr), key
     return best
@@ -172,7 +180,11 @@ class Conv2dNCHW(CPUScheduleRule):
         narrow_strided: bool = True,
         pixels_outer: bool = True,
         min_strided_macs: int = 16,
+        narrow_rows: int = 8,
+        pixel_waste: bool = True,
     ):
+        self.pixel_waste = pixel_waste
+        self.narrow_rows = narrow_rows
         self.min_strided_macs = min_strided_macs
         self.pixels_outer = pixels_outer
         self.narrow_strided = narrow_strided
@@ -207,13 +219,18 @@ class Conv2dNCHW(CPUScheduleRule):
             # scheduled when each output has 64 MACs or more (ResNet-50's 1x1/2 convolutions
             # at 14 and 7 columns ran unscheduled, 15-76x slower than ONNX Runtime)
             return None
-        # strided rows: one row a tile (SqueezeNet's 3x3/2 stem: 3 rows 4.8x slower)
+        # strided rows: one row a tile (SqueezeNet's 3x3/2 stem: 3 rows 4.8x slower); rows
+        # narrower than a vector: up to ``narrow_rows`` of them (each a part-filled vector, so
+        # a weight broadcast serves more of them)
+        max_rows = self.max_rows
+        if x_ext < lanes and not strided:
+            max_rows = max(max_rows, self.narrow_rows)
         fi_ext, yr_ext = register_tile(
             f_ext,
             y_ext,
             self.acc_vectors,
             self.max_channel_block,
-            1 if strided and not self.deinterleave else self.max_rows,
+            1 if strided and not self.deinterleave else max_rows,
         )
         flat = self.flatten and not pads and not strided and extents[5] == 1 and rx_ext == 1
         if flat:
@@ -235,6 +252,7 @@ class Conv2dNCHW(CPUScheduleRule):
                 self.max_channel_block,
                 self.max_rows,
                 divides=False,
+                pixels=(x_ext, xv) if self.pixel_waste else None,
             )
             fo, fi = sch.split(f, [None, fi_ext])
             yo = y
