@@ -21,6 +21,10 @@ LLVM keeps it in registers; the epilogue is reverse-inlined into the cache's wri
 Every step of the reduction loads ``FI`` weights (broadcast) and ``YR`` input vectors for
 ``FI * YR`` FMAs: the tile is the one with the most FMAs per load within the registers.
 
+1x1 convolutions (stride 1, no padding) run on one pixel axis ``p = y*W + x`` as GEMMs: the
+parallel loop holds channel groups, each pixel tile of ``YR`` vectors meets every channel
+block of its group (the input is read once, the group's weights stay in L2).
+
 Columns: ``XV`` is one vector (the target's lanes) when the row is at least that wide; when
 the vector does not divide the row, the last tile starts at ``W - XV`` and recomputes a few
 columns of the one before (``overlap_last_tile``) instead of running a predicated tail,
@@ -166,7 +170,13 @@ class Conv2dNCHW(CPUScheduleRule):
     """Register-tiled, vectorised direct convolution; see the module docstring.
 
     ``acc_vectors``: accumulator vectors of one tile (channels x rows, one vector of columns
-    each); ``max_channel_block`` / ``max_rows``: the largest ``FI`` / ``YR``.
+    each); ``max_channel_block`` / ``max_rows``: the largest ``FI`` / ``YR`` (``narrow_rows``
+    for rows narrower than a vector). The switches keep the rule's earlier choices reachable
+    for paired measurements (``bench/cpu_ops.py --baseline``): ``narrow_strided`` (strided
+    rows narrower than a vector scheduled), ``pixels_outer`` (1x1: pixel tiles outside the
+    channel blocks), ``pixel_waste`` (1x1: the tile counts the shifted last tile's
+    overcompute); ``min_strided_macs``: fewer MACs an output than this and a strided
+    convolution is declined.
     """
 
     def __init__(
