@@ -8,6 +8,7 @@ original binding. The original Relax Vars are rebound, so the rest of ``main`` i
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.ir.expr import Constant
 
@@ -66,10 +67,7 @@ def _lower_program(
         },
     )
     lowered = backend.lower_program(program, plan, options, mod, io)
-    for name, callee in lowered.callees.items():
-        if not any(gv.name_hint == name for gv in builder.get().get_global_vars()):
-            builder.add_func(callee, name)
-    gvar = builder.add_func(lowered.func, f"rprogram_{k}")
+    gvar = builder.add_func(_bind_callees(builder, lowered), f"rprogram_{k}")
     passed = inputs if lowered.call_inputs is None else lowered.call_inputs
     args = relax.Tuple([*(tensors[t] for t in passed), *lowered.constants])
     results = lowered.results
@@ -85,6 +83,27 @@ def _lower_program(
     for i, t in enumerate(outputs):
         bindings.append(relax.VarBinding(tensors[t], relax.TupleGetItem(packed, i)))
     return bindings
+
+
+def _bind_callees(builder: relax.BlockBuilder, lowered) -> tvm.tirx.PrimFunc:
+    """Add the lowered program's callees to the module, once per name, and return its
+    function calling them through the module's GlobalVars: a callee that an earlier rProgram
+    added already (the same rKernel's body function) is shared, and a GlobalVar the backend
+    made for a callee (a TIR call of a PrimFunc) becomes the module's."""
+    func = lowered.func
+    if not lowered.callees:
+        return func
+    existing = {gv.name_hint: gv for gv in builder.get().get_global_vars()}
+    for name, callee in lowered.callees.items():
+        if name not in existing:
+            existing[name] = builder.add_func(callee, name)
+    wanted = {name: existing[name] for name in lowered.callees}
+
+    def rebind(gv):
+        found = wanted.get(gv.name_hint)
+        return gv if found is None or found.same_as(gv) else found
+
+    return tvm_ffi.structural_map(func, (tvm.ir.GlobalVar, rebind))
 
 
 @tvm.transform.module_pass(opt_level=0, name="LowerRPrograms")

@@ -13,7 +13,7 @@ from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
 from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
 from . import host
-from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher
+from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher, cpu_pipeline
 from .rkernel import make_cpu_rkernel
 from .threads import cpu_model_name
 from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
@@ -233,7 +233,7 @@ class CPUBackend(Backend):
         for op_name in program.ops():
             op = plan.graph.op(op_name)
             func = kernel_function(mod, op.func, program.kernel_of(op_name))
-            calls[op_name] = KernelCall(mod[func], [*op.inputs, *op.outputs])
+            calls[op_name] = KernelCall(mod[func], [*op.inputs, *op.outputs], name=func)
         code = CPUProgramCode(
             params=[*io.inputs, *io.outputs],
             workspaces=list(io.workspaces),
@@ -246,8 +246,8 @@ class CPUBackend(Backend):
         else:
             code.waves = waves_from_program(program)
         timeout_us = options.spin_timeout_ms * 1000
-        func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us)
-        return LoweredProgram(func, results=[t.name for t in io.outputs])
+        func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us, subroutines=True)
+        return LoweredProgram(func, results=[t.name for t in io.outputs], callees=code.callees)
 
     def build(self, lowered, plan, options):
         from ... import native
@@ -259,4 +259,4 @@ class CPUBackend(Backend):
 
         if threads.num_threads() < plan.vdevice.num_veu:
             threads.set_num_threads(plan.vdevice.num_veu)
-        return tvm.compile(lowered, target=self.target)
+        return tvm.compile(lowered, target=self.target, tir_pipeline=cpu_pipeline())

@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import tvm
 import tvm_ffi
-from tvm import s_tir, tirx
+from tvm import ir, s_tir, tirx
 from tvm.ir.expr import StringImm
 from tvm.tirx import IntImm
 
@@ -36,6 +37,8 @@ from ...tir.common import TensorDecl, substitute_vars, tensor_buffer
 from .kernel import CHUNK_ANNOTATION
 
 STATUS_WORDS = 8
+BODY_ATTR = "tvm_rtask.cpu_body"  # marks a body function (build_cpu_dispatcher, subroutines)
+CPU_PIPELINE = "tvm_rtask.cpu"
 TIMEOUT_MESSAGE = (
     "tvm_rtask: a step-array barrier timed out in a persistent CPU kernel (details on stderr). "
     "Either the plan waits for a task that never finishes, or fewer worker threads run than "
@@ -60,6 +63,9 @@ class KernelCall:
 
     func: tirx.PrimFunc
     args: list[str]
+    # the name of ``func`` in the module: with subroutines, its body function is named after
+    # it, and every call of the same PrimFunc shares that one body function
+    name: str | None = None
 
 
 @dataclass
@@ -72,17 +78,18 @@ class CPUProgramCode:
     num_veu: int
     scripts: list[list[Run | Wait | Signal]] = field(default_factory=list)
     waves: list[list[list[Run]]] = field(default_factory=list)
+    # filled by build_cpu_dispatcher(subroutines=True): the body functions it calls, by name
+    callees: dict[str, tirx.PrimFunc] = field(default_factory=dict)
 
 
 def _i32(value: int) -> IntImm:
     return IntImm("int32", value)
 
 
-def _instantiate(call: KernelCall, buffers: dict[str, tirx.Var], run: Run) -> tirx.Stmt:
-    """A fresh copy of the rKernel body bound to program buffers, limited to ``run``'s rTasks."""
-    func = s_tir.renew_defs(call.func)
-    mapping = {param: buffers[name] for param, name in zip(func.params, call.args, strict=True)}
-    body = substitute_vars(func.body, mapping)
+def _narrow(body: tirx.Stmt, start, step, count, op: str, single: bool) -> tirx.Stmt:
+    """``body`` limited to rTasks ``start + step * i`` for ``i < count`` (its chunk loop
+    replaced by a loop over ``i``); ``single``: the run is rTask 0 alone, which a kernel
+    without a chunk loop may be asked for."""
     found = []
 
     def narrow(loop):
@@ -91,18 +98,136 @@ def _instantiate(call: KernelCall, buffers: dict[str, tirx.Var], run: Run) -> ti
         found.append(loop)
         dtype = str(loop.extent.ty)
         index = tirx.Var(f"{loop.loop_var.name}_run", dtype)
-        rtask_id = tirx.Add(IntImm(dtype, run.start), tirx.Mul(IntImm(dtype, run.step), index))
-        body = tvm_ffi.structural_map(
+
+        def cast(value):
+            return IntImm(dtype, value) if isinstance(value, int) else tirx.Cast(dtype, value)
+
+        rtask_id = tirx.Add(cast(start), tirx.Mul(cast(step), index))
+        new_body = tvm_ffi.structural_map(
             loop.body, (tirx.Var, lambda v: rtask_id if v.same_as(loop.loop_var) else v)
         )
-        return tirx.For(
-            index, IntImm(dtype, 0), IntImm(dtype, run.count), tirx.ForKind.SERIAL, body
-        )
+        return tirx.For(index, IntImm(dtype, 0), cast(count), tirx.ForKind.SERIAL, new_body)
 
     body = tvm_ffi.structural_map(body, (tirx.For, narrow))
-    if not found and list(run.ids()) != [0]:
-        raise ValueError(f"rKernel of {run.op} has no chunk loop but rTasks {run} were requested")
+    if not found and not single:
+        raise ValueError(f"rKernel of {op} has no chunk loop but other rTasks were requested")
     return body
+
+
+def _instantiate(call: KernelCall, buffers: dict[str, tirx.Var], run: Run) -> tirx.Stmt:
+    """A fresh copy of the rKernel body bound to program buffers, limited to ``run``'s rTasks."""
+    func = s_tir.renew_defs(call.func)
+    mapping = {param: buffers[name] for param, name in zip(func.params, call.args, strict=True)}
+    body = substitute_vars(func.body, mapping)
+    single = list(run.ids()) == [0]
+    try:
+        return _narrow(body, run.start, run.step, run.count, run.op, single)
+    except ValueError:
+        raise ValueError(
+            f"rKernel of {run.op} has no chunk loop but rTasks {run} were requested"
+        ) from None
+
+
+def _has_chunk_loop(func: tirx.PrimFunc) -> bool:
+    found = []
+    tvm_ffi.structural_map(
+        func.body,
+        (
+            tirx.For,
+            lambda loop: found.append(1) or loop if CHUNK_ANNOTATION in loop.annotations else loop,
+        ),
+    )
+    return bool(found)
+
+
+def body_function(call: KernelCall) -> tirx.PrimFunc:
+    """The rKernel as a private function of its tensors' data pointers and ``(start, step,
+    count)``: it runs rTasks ``start + step * i``, ``i < count`` (a kernel without a chunk
+    loop ignores them: it is only ever run as rTask 0)."""
+    func = s_tir.renew_defs(call.func)
+    handles, decls, mapping = [], [], {}
+    for param in func.params:
+        buffer = param.ty
+        data = tirx.Var(f"{param.name}_data", param.data.ty)
+        new = tirx.decl_buffer(buffer.shape, buffer.dtype, param.name, data=data)
+        handles.append(data)
+        decls.append(tirx.DeclBuffer(new, data=data))
+        mapping[param] = new
+    start, step, count = (
+        tirx.Var(n, "int32") for n in ("rtask_start", "rtask_step", "rtask_count")
+    )
+    body = _narrow(substitute_vars(func.body, mapping), start, step, count, call.name, True)
+    # the s_tir lowering passes take a function whose body is a root block, as the
+    # dispatcher's own; they place the body's allocations at the top of that block
+    root = s_tir.SBlock([], [], [], "root", _seq([*decls, body]))
+    realize = s_tir.SBlockRealize([], True, root)
+    # int32, 0 on success: the lowered body returns -1 where a workspace allocation fails
+    new_func = tirx.PrimFunc(
+        [*handles, start, step, count], realize, ret_type=tvm.ir.PrimType("int32")
+    )
+    attrs = {"s_tir": True, "tirx.noalias": True, "tirx.is_scheduled": True, BODY_ATTR: True}
+    return new_func.with_attrs(attrs)
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="PrivateBodyFunctions")
+def private_body_functions(func, _mod, _ctx):
+    """Body functions lose the ``global_symbol`` that Relax's ``AttachGlobalSymbol`` gives
+    every PrimFunc: they stay internal functions called with raw pointers, where
+    ``MakePackedAPI`` would make them packed entry points their callers cannot call."""
+    if func.attrs is None or BODY_ATTR not in func.attrs or "global_symbol" not in func.attrs:
+        return func
+    return func.without_attr("global_symbol")
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="BodyFunctionDevice")
+def body_function_device(func, _mod, _ctx):
+    """What ``MakePackedAPI`` writes around a packed function's lowered body, and a private
+    body function lacks: the workspaces it allocates (``TVMBackendAllocWorkspace``, in
+    ``LowerTVMBuiltin``) are on CPU device 0. Applied after lowering, so that the
+    allocations the lowering hoisted to the top of the function are inside."""
+    if func.attrs is None or BODY_ATTR not in func.attrs:
+        return func
+    body = tirx.AttrStmt(StringImm("default"), "device_id", _i32(0), func.body)
+    body = tirx.AttrStmt(StringImm("default"), "device_type", _i32(1), body)
+    return func.with_body(_seq([body, tirx.Return(_i32(0))]))
+
+
+def cpu_pipeline() -> str:
+    """The TIR pipeline to build modules with body functions: :func:`private_body_functions`,
+    then TVM's default ``s_tir`` pipeline, and :func:`body_function_device` before its host
+    finalization (registered once, by name)."""
+    from tvm.tirx.compilation_pipeline import PIPELINE_MAP, register_tir_pipeline
+
+    if CPU_PIPELINE not in PIPELINE_MAP:
+
+        def make():
+            lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
+
+            def host():
+                return tvm.transform.Sequential([body_function_device, finalize_host()])
+
+            return tvm.transform.Sequential([private_body_functions, lower]), host, finalize_device
+
+        register_tir_pipeline(CPU_PIPELINE, make)
+    return CPU_PIPELINE
+
+
+def body_name(call: KernelCall) -> str:
+    return f"{call.name}_body"
+
+
+def _subroutine_call(
+    call: KernelCall, gvar: ir.GlobalVar, buffers: dict[str, tirx.Var], run: Run
+) -> tirx.Stmt:
+    args = [buffers[name].data for name in call.args]
+    args += [_i32(run.start), _i32(run.step), _i32(run.count)]
+    status = ir.Call(gvar, args, ret_ty="int32")
+    # a failed call (its workspace could not be allocated; TVM's error is set) fails the vEU
+    return tirx.AssertStmt(
+        tirx.EQ(status, _i32(0)),
+        StringImm("RuntimeError"),
+        [StringImm(f"tvm_rtask: {gvar.name_hint} failed")],
+    )
 
 
 def _call(name: str, *args) -> tirx.Stmt:
@@ -127,10 +252,37 @@ def _veu_loop(num_veu: int, per_veu: list[tirx.Stmt], name: str) -> tirx.For:
 
 
 def build_cpu_dispatcher(
-    code: CPUProgramCode, barrier: str = "fine", timeout_us: int = 60_000_000
+    code: CPUProgramCode,
+    barrier: str = "fine",
+    timeout_us: int = 60_000_000,
+    subroutines: bool = False,
 ) -> tirx.PrimFunc:
-    """Stitch the program's rKernels into one PrimFunc with one parallel launch."""
+    """Stitch the program's rKernels into one PrimFunc with one parallel launch.
+
+    ``subroutines=False``: each run of an rKernel is an inlined copy of its body (one per
+    vEU that runs it). ``True``: each distinct rKernel PrimFunc becomes one private body
+    function (:func:`body_function`, named by :func:`body_name`, collected in
+    ``code.callees``) and every run is a call of it with its rTask range; the caller adds the
+    callees to the module. LLVM's time grows faster than linearly with a function, and
+    the copies grow with the vEU count, so this is what the llvm backend builds."""
     buffers = {t.name: tensor_buffer(t) for t in (*code.params, *code.workspaces)}
+    gvars: dict[str, ir.GlobalVar] = {}
+
+    def instantiate(call: KernelCall, run: Run) -> tirx.Stmt:
+        if not subroutines:
+            return _instantiate(call, buffers, run)
+        if call.name is None:
+            raise ValueError(f"subroutines need the name of {run.op}'s rKernel PrimFunc")
+        if list(run.ids()) != [0] and not _has_chunk_loop(call.func):
+            raise ValueError(
+                f"rKernel of {run.op} has no chunk loop but rTasks {run} were requested"
+            )
+        name = body_name(call)
+        if name not in gvars:
+            gvars[name] = ir.GlobalVar(name)
+            code.callees[name] = body_function(call)
+        return _subroutine_call(call, gvars[name], buffers, run)
+
     step = tirx.decl_buffer((max(code.num_veu, 1),), "int32", "rtask_step")
     status = tirx.decl_buffer((STATUS_WORDS,), "int32", "rtask_status")
 
@@ -141,7 +293,7 @@ def build_cpu_dispatcher(
         stmts = []
         for item in script:
             if isinstance(item, Run):
-                stmts.append(_instantiate(code.calls[item.op], buffers, item))
+                stmts.append(instantiate(code.calls[item.op], item))
             elif isinstance(item, Wait):
                 for u, count in item.pairs:
                     stmts.append(

@@ -1,0 +1,75 @@
+"""The llvm dispatcher calls one body function per distinct rKernel (compile time, issue 27)."""
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.script import relax as R
+
+import tvm_rtask
+import tvm_rtask.backend.cpu.backend as cpu_backend
+from tvm_rtask.backend.cpu import dispatch
+
+
+@tvm.script.ir_module
+class Twice:
+    """The same matmul kernel twice (one body function), each split among both vEUs."""
+
+    @R.function
+    def main(
+        x: R.Tensor((64, 64), "float32"),
+        w1: R.Tensor((64, 64), "float32"),
+        w2: R.Tensor((64, 64), "float32"),
+    ):
+        with R.dataflow():
+            a = R.matmul(x, w1)
+            b = R.nn.relu(a)
+            c = R.matmul(b, w2)
+            R.output(c)
+        return c
+
+
+def _calls(func) -> list[str]:
+    names = []
+    tvm_ffi.structural_map(func, (tvm.ir.GlobalVar, lambda g: names.append(g.name_hint) or g))
+    return names
+
+
+def test_runs_call_shared_body_functions():
+    mod = tvm_rtask.rtask_pipeline("llvm", num_veu=2)(Twice)
+    funcs = {gv.name_hint: f for gv, f in mod.functions.items()}
+    bodies = [n for n in funcs if n.endswith("_body")]
+    assert bodies
+    gvars = {gv.name_hint: gv for gv in mod.get_global_vars()}
+    for name, func in funcs.items():
+        if name.startswith("rprogram_"):
+            called = _calls(func)
+            assert called and set(called) <= set(bodies)
+            # every call names the module's own GlobalVar
+            tvm_ffi.structural_map(
+                func, (tvm.ir.GlobalVar, lambda g: g if g.same_as(gvars[g.name_hint]) else 1 / 0)
+            )
+    for name in bodies:
+        assert funcs[name].attrs[dispatch.BODY_ATTR]
+
+
+@pytest.mark.parametrize("barrier", ["fine", "global"])
+def test_body_functions_compute_what_inlined_bodies_do(barrier, monkeypatch):
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((64, 64)).astype("float32") for _ in range(3)]
+    expected = np.maximum(args[0] @ args[1], 0) @ args[2]
+    outs = {}
+    for subroutines in (True, False):
+        monkeypatch.setattr(
+            cpu_backend,
+            "build_cpu_dispatcher",
+            lambda code, sub=subroutines, **kw: dispatch.build_cpu_dispatcher(
+                code, **{**kw, "subroutines": sub}
+            ),
+        )
+        ex = tvm_rtask.compile(Twice, "llvm", barrier=barrier, num_veu=2)
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        outs[subroutines] = vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
+    np.testing.assert_allclose(outs[True], expected, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(outs[True], outs[False])
