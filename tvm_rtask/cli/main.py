@@ -298,9 +298,10 @@ def _write_json(path: str, doc: dict, what: str) -> None:
 
 
 def _check_measured(options: dict, target, args) -> None:
-    """``--cost measured``: the device is present and the cache directory usable."""
+    """``--cost measured``: the device is present, or a shipped profile of the options'
+    device, and the cache directory usable."""
     if options.get("cost") == "measured":
-        check_device(target, "--cost measured")
+        check_device(target, "--cost measured", options)
     use_cache_directory(args.cache)
 
 

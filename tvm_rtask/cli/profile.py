@@ -11,8 +11,10 @@ from .paths import check_directory
 COST_CHOICES = ("analytical", "measured")
 
 
-def check_device(target, what: str) -> None:
-    """A measurement needs the device it measures: one line when it is not present."""
+def check_device(target, what: str, options: dict | None = None) -> None:
+    """A measurement needs the device it measures: one line when it is not present. With
+    ``options`` (``--cost measured``) a shipped profile of the options' device will do
+    (``tvm_rtask/runtime/profiles/<device>/``, docs/scheduling.md)."""
     from ..backend import get_backend
     from ..errors import OptionError
 
@@ -20,9 +22,16 @@ def check_device(target, what: str) -> None:
     try:
         backend.device()
     except OptionError:
-        raise CLIError(
-            f"no {backend.name.upper()} device: {what} needs the device it measures"
-        ) from None
+        if options is None:
+            raise CLIError(
+                f"no {backend.name.upper()} device: {what} needs the device it measures"
+            ) from None
+        from ..options import resolve_options
+        from ..runtime.profiler import no_shipped_profile_message, shipped_profile
+
+        device = backend.device_spec(resolve_options(dict(options))).name
+        if shipped_profile(device) is None:
+            raise CLIError(no_shipped_profile_message(device, backend.name)) from None
 
 
 def use_cache_directory(directory: str | None) -> str | None:
