@@ -7,6 +7,7 @@ import pytest
 import tvm
 
 import tvm_rtask
+from tests.cli.test_profile import tiny  # noqa: F401 - a fixture
 from tvm_rtask.backend import as_target, get_backend
 from tvm_rtask.core import RGraph
 from tvm_rtask.errors import OptionError
@@ -15,7 +16,7 @@ from tvm_rtask.runtime.sync_bench import SyncCost
 
 from .test_profiler import two_branch_module
 
-pytestmark = pytest.mark.skipif(
+no_gpu = pytest.mark.skipif(
     tvm.cuda(0).exist, reason="the shipped profile serves machines without a GPU"
 )
 
@@ -92,6 +93,7 @@ def profile_doc():
     }
 
 
+@no_gpu
 def test_export_writes_the_shipped_format(tmp_path, shipped_root):
     fake_cache(tmp_path / "cache")
     doc = prof.export_shipped(
@@ -120,6 +122,7 @@ def test_export_writes_the_shipped_format(tmp_path, shipped_root):
         prof.export_shipped(shipped_root / "h100", tmp_path / "cache", name="other")
 
 
+@no_gpu
 def test_measured_plan_without_a_gpu_uses_the_shipped_profile(tmp_path, shipped_root):
     fake_cache(tmp_path / "cache")
     prof.export_shipped(
@@ -158,6 +161,7 @@ def test_measured_plan_without_a_gpu_uses_the_shipped_profile(tmp_path, shipped_
     assert not (tmp_path / "user-cache").exists() or not any((tmp_path / "user-cache").iterdir())
 
 
+@no_gpu
 def test_a_profile_without_the_kernels_falls_back(tmp_path, shipped_root):
     """No kernel found: device.json's factors, else the analytical roofline."""
     fake_cache(tmp_path / "cache", times={})
@@ -176,6 +180,7 @@ def test_a_profile_without_the_kernels_falls_back(tmp_path, shipped_root):
     assert model.barrier_us(vd) == vd.spec.barrier_overhead_us
 
 
+@no_gpu
 def test_no_gpu_and_no_shipped_profile_is_one_clear_line(tmp_path, shipped_root):
     with pytest.raises(OptionError) as err:
         tvm_rtask.plan(two_branch_module(), TARGET, cost="measured", db=False)
@@ -190,6 +195,7 @@ def test_no_gpu_and_no_shipped_profile_is_one_clear_line(tmp_path, shipped_root)
     assert tvm_rtask.plan(two_branch_module(), TARGET, cost="measured", db=False)
 
 
+@no_gpu
 def test_the_cli_device_check_accepts_a_shipped_profile(tmp_path, shipped_root):
     from tvm_rtask.cli.errors import CLIError
     from tvm_rtask.cli.profile import check_device
@@ -204,3 +210,39 @@ def test_the_cli_device_check_accepts_a_shipped_profile(tmp_path, shipped_root):
     check_device(target, "--cost measured", options={"cost": "measured"})
     with pytest.raises(CLIError, match="'h200'"):
         check_device(target, "--cost measured", options={"device": "h200"})
+
+
+def test_profile_export_shipped_round_trip(tiny, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """``tvm-rtask profile --export-shipped DIR`` (llvm here, the same code on a GPU): DIR
+    holds every kernel the profile measured, and a profiler reading DIR as a shipped
+    profile finds them all without measuring."""
+    from tvm_rtask.cli.main import main
+    from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
+    from tvm_rtask.relax_passes.plan import plan_options
+
+    monkeypatch.setenv(prof.CACHE_ENV, str(tmp_path / "unused"))
+    out = tmp_path / "shipped" / "cpu-test"
+    args = ["profile", tiny, "--target", "llvm", "--num-veu", "2", "--db", "none"]
+    args += ["--cache", tmp_path / "cache", "--export-shipped", out]
+    assert main([str(a) for a in args]) == 0
+    text = capsys.readouterr().out
+    assert f"-> {out}" in text
+    doc = json.loads((out / "device.json").read_text())
+    command = doc["commands"][0]
+    assert command.startswith("tvm-rtask profile ") and "--export-shipped" in command
+    assert doc["sync"][0]["barrier"] == "fine" and doc["factors"]
+    shipped = prof.ShippedProfile.load(out)
+    assert len(shipped.kernel_files()) == doc["kernels"] > 0
+    # the same rKernels, keyed with the shipped name: all found, nothing measured or written
+    from tvm_rtask import frontend
+
+    target = as_target("llvm")
+    options = plan_options({"num_veu": 2, "db": "none"}, None, target)
+    mod = RTaskPrepare(options.fusion, target)(frontend.load(str(tiny)))
+    mod, maker = get_backend(target).make_rkernels(mod.clone(), options)
+    graph = RGraph(extract_graph(mod, maker).operators)
+    before = snapshot(out)
+    reader = prof.RKernelProfiler(target, shipped=shipped)
+    found, _ = prof.measure_rkernels(mod, maker, graph, maker.vdevice(), reader)
+    assert len(found) == doc["kernels"] and not reader.missing and reader.measured == 0
+    assert snapshot(out) == before

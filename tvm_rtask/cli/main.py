@@ -30,7 +30,13 @@ from .build import (
 from .errors import DEBUG_ENV, CLIError, first_line
 from .inputs import FILL_MODES, parse_shapes, read_inputs, save_outputs
 from .paths import check_directory, check_writable
-from .profile import COST_CHOICES, check_device, format_profile, use_cache_directory
+from .profile import (
+    COST_CHOICES,
+    check_device,
+    export_shipped_profile,
+    format_profile,
+    use_cache_directory,
+)
 from .report import format_report_table, plan_policies, require_gantt
 from .runner import run_artifact
 
@@ -310,6 +316,8 @@ def cmd_profile(args) -> int:
     target = check_target(parse_target(args.target))
     options = check_options(_options_from(args, policy=False))
     check_device(target, "profile")
+    if args.export_shipped:
+        check_directory(args.export_shipped, "--export-shipped", create=True)
     cache = use_cache_directory(args.cache)
     parse_shapes(args.input_shapes)
     model = _load_from_args(args)
@@ -323,6 +331,8 @@ def cmd_profile(args) -> int:
     print(format_profile(title, profile))
     if args.json:
         _write_json(args.json, {"model": model.name, **profile.to_dict()}, "profile")
+    if args.export_shipped:
+        print(export_shipped_profile(args, model.name, profile, cache or default_cache_dir()))
     return 0
 
 
@@ -429,6 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
     _option_args(p, policy=False, cost=False)
     p.add_argument("--json", metavar="JSON", help="write the measurements and the model here")
     p.add_argument("--remeasure", action="store_true", help="measure again and overwrite the cache")
+    p.add_argument(
+        "--export-shipped",
+        metavar="DIR",
+        help="also copy this GPU's profile (kernels, sync costs, fitted factors) into DIR in "
+        "the shipped format, merging: tvm_rtask/runtime/profiles/<device> is what "
+        "--cost measured reads without a GPU (docs/scheduling.md)",
+    )
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("tune", help="tune the operators with MetaSchedule into a database")

@@ -4,6 +4,7 @@ the table of a measured profile."""
 from __future__ import annotations
 
 import os
+import shlex
 
 from .errors import CLIError
 from .paths import check_directory
@@ -22,16 +23,15 @@ def check_device(target, what: str, options: dict | None = None) -> None:
     try:
         backend.device()
     except OptionError:
+        lead = f"no {backend.name.upper()} device: {what} needs the device it measures"
         if options is None:
-            raise CLIError(
-                f"no {backend.name.upper()} device: {what} needs the device it measures"
-            ) from None
+            raise CLIError(lead) from None
         from ..options import resolve_options
         from ..runtime.profiler import no_shipped_profile_message, shipped_profile
 
         device = backend.device_spec(resolve_options(dict(options))).name
         if shipped_profile(device) is None:
-            raise CLIError(no_shipped_profile_message(device, backend.name)) from None
+            raise CLIError(no_shipped_profile_message(device, backend.name, lead + ",")) from None
 
 
 def use_cache_directory(directory: str | None) -> str | None:
@@ -76,3 +76,45 @@ def format_profile(title: str, profile) -> str:
             f"{me:.4g}, task overhead {ov:.3f} us"
         )
     return "\n".join(lines)
+
+
+def profile_command(args) -> str:
+    """The ``tvm-rtask profile`` command ``args`` stand for (what device.json records)."""
+    words = ["tvm-rtask", "profile", args.model, "--target", args.target]
+    if args.batch != 1:
+        words += ["--batch", str(args.batch)]
+    if args.reduced:
+        words.append("--reduced")
+    if args.input_shapes:
+        words += ["--input-shapes", args.input_shapes]
+    for flag in ("barrier", "num_veu", "db"):
+        if getattr(args, flag, None) is not None:
+            words += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    for option in args.option or ():
+        words += ["--option", option]
+    if args.remeasure:
+        words.append("--remeasure")
+    return shlex.join([*words, "--export-shipped", args.export_shipped])
+
+
+def export_shipped_profile(args, model: str, profile, cache) -> str:
+    """``--export-shipped DIR``: the profile just made (its cache entries, sync costs and
+    fitted factors) merged into DIR in the shipped format; one line saying so."""
+    from ..backend import get_backend
+    from ..runtime.profiler import export_shipped
+
+    target = profile.measurements[0].target if profile.measurements else None
+    doc = export_shipped(
+        args.export_shipped,
+        cache,
+        profiles=[{"model": model, **profile.to_dict()}],
+        name=get_backend(target or args.target).host_fingerprint(),
+        device_name=profile.device,
+        device=profile.vdevice.spec.name,
+        target=target,
+        command=profile_command(args),
+    )
+    return (
+        f"shipped profile of {doc['device']} ({doc['name']}) -> {args.export_shipped}: "
+        f"{doc['kernels']} kernels, {len(doc['sync'])} sync results"
+    )

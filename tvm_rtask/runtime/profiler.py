@@ -409,11 +409,15 @@ def shipped_profile(device: str) -> ShippedProfile | None:
     return ShippedProfile.load(path)
 
 
-def no_shipped_profile_message(device: str, backend: str = "cuda") -> str:
-    """One line: cost="measured" cannot plan for ``device`` here, and what to do."""
-    return (
+def no_shipped_profile_message(device: str, backend: str = "cuda", lead: str = "") -> str:
+    """One line: cost="measured" cannot plan for ``device`` here, and what to do (``lead``:
+    the start of the line, by default that no GPU is present)."""
+    lead = lead or (
         f"cost='measured' needs a {backend.upper()} GPU to time the rKernels on, and none is "
-        f"present, or a shipped profile of device {device!r} ({Path(SHIPPED_DIR) / device} "
+        "present,"
+    )
+    return (
+        f"{lead} or a shipped profile of device {device!r} ({Path(SHIPPED_DIR) / device} "
         f"has none): run `tvm-rtask profile MODEL --target {backend} --option device={device} "
         f"--export-shipped tvm_rtask/runtime/profiles/{device}` on a machine with that GPU "
         "(docs/scheduling.md, shipped profiles), or use cost='analytical'"
@@ -492,6 +496,7 @@ def export_shipped(
     target: str | None = None,
     command: str = "",
     date: str | None = None,
+    device_name: str | None = None,
 ) -> dict:
     """Copy one GPU's profile from a profiler cache into ``dest`` in the shipped format
     (``tvm_rtask/runtime/profiles/<device>/``) and return ``device.json``'s content.
@@ -503,7 +508,9 @@ def export_shipped(
     the newest). ``profiles``: ``tvm-rtask profile --json`` documents (dicts or paths):
     their fitted factors are kept per model and their median is ``device.json``'s
     ``factors``; they name the GPU when ``name`` is None. ``device``: the options' device
-    (default: ``dest``'s name). An existing ``dest`` is merged into (commands appended)."""
+    (default: ``dest``'s name). ``name`` is the device's ``host_fingerprint()`` (a GPU's
+    name), ``device_name`` its ``device_name()`` as the sync results record it (default
+    ``name``: the same on CUDA). An existing ``dest`` is merged into (commands appended)."""
     from ..core.vdevice import DEVICE_SPECS
 
     dest, cache_dir = Path(dest), Path(cache_dir)
@@ -528,6 +535,7 @@ def export_shipped(
                 "give its name"
             )
         name = names.pop()
+    sync_names = {name, device_name or name}
     old = _read_json(dest / DEVICE_FILE) or {}
     if old and old.get("name") != name:
         raise OptionError(
@@ -547,7 +555,7 @@ def export_shipped(
         kernels += 1
     sync = {}
     for c in [*(SyncCost.from_dict(x) for x in old.get("sync") or ()), *syncs]:
-        if c.device == name and (target is None or c.target == target):
+        if c.device in sync_names and (target is None or c.target == target):
             k = (c.target, c.barrier, c.num_veu)
             if k not in sync or c.measured_at >= sync[k].measured_at:
                 sync[k] = c
