@@ -19,7 +19,9 @@ Steps, in this order, each cut cleanly by ``--deadline`` (what was not reached i
    TVM + CUDA graph is said so, by how much;
 3. where the time goes for the model of the worst ratio (``bench/kernel_report.py``);
 4. ``tvm-rtask profile`` of the distinct rKernels of the latency models (and the counter
-   micro-benchmark), kept per device, and the calibrated model's error against step 2;
+   micro-benchmark), kept per device (the cache, and ``shipped/<h100|h200>/`` in the format
+   of ``tvm_rtask/runtime/profiles/``: ``--export-shipped``), and the calibrated model's
+   error against step 2;
 5. with time left: ``bench/gpu_sm_map.py`` and compute-sanitizer (racecheck, memcheck) on
    the reduced SqueezeNet's persistent kernel.
 
@@ -797,6 +799,11 @@ class Window:
         gpu = self.gpu_present
         device = _device_slug(self.gpu.get("device_name")) if gpu else "cpu-dry-run"
         cache = self.work / "profiles" / device
+        # the shipped format (tvm_rtask/runtime/profiles/<device>/, docs/scheduling.md):
+        # ``shipped/<device>/`` in details.tar.gz is copied into the package as it is
+        shipped = self.work / "shipped" / device
+        # the options' device names the shipped profile: h200 only when the options say so
+        option = ["--option", f"device={device}"] if device in ("h100", "h200") else []
         models = self.args.latency_models or (LATENCY_MODELS if gpu else ["lstm_tc"])
         t0 = time.time()
         measured = _medians(self.steps.get("latency", {}).get("doc", {"models": []}))
@@ -816,6 +823,9 @@ class Window:
                 str(cache),
                 "--json",
                 str(self.work / f"profile-{model}.json"),
+                "--export-shipped",
+                str(shipped),
+                *option,
                 *extra,
             ]
             status = self.run(prof, f"profile-{model}", end)
@@ -835,6 +845,7 @@ class Window:
                     str(cache),
                     "--json",
                     str(plan_json),
+                    *option,
                     *extra,
                 ]
                 if self.run(plan, f"plan-{model}", end) == 0:
@@ -848,6 +859,7 @@ class Window:
             self.steps.setdefault("profile", {"records": []})["records"].append(rec)
         self.steps.setdefault("profile", {"records": []})["seconds"] = round(time.time() - t0, 1)
         self.steps["profile"]["cache"] = str(cache)
+        self.steps["profile"]["shipped"] = str(shipped)
 
     def step_extras(self) -> None:
         if not self.gpu_present:
@@ -1056,6 +1068,11 @@ def render_summary(doc: dict, steps: dict) -> str:
     lines += ["", "## 4. Device profile (tvm-rtask profile; calibrated model vs step 2)"]
     if prof:
         lines.append(f"cache: {prof.get('cache')} (in {DETAILS})")
+        if prof.get("shipped"):
+            lines.append(
+                f"shipped format: {prof['shipped']} (in {DETAILS}; docs/gpu.md, step 4: "
+                "copied into tvm_rtask/runtime/profiles/)"
+            )
         for r in prof.get("records", []):
             lines.append(
                 f"- {r['model']}: status {r['status']}, estimated "
