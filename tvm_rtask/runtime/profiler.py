@@ -52,6 +52,7 @@ FORMAT = 1
 SHIPPED_DIR = Path(__file__).resolve().parent / "profiles"
 SHIPPED_FORMAT = 1
 DEVICE_FILE = "device.json"
+MISSING_LISTED = 20  # kernels a shipped profile lacks, named in the plan's options
 
 
 @dataclass
@@ -394,7 +395,12 @@ class ShippedProfile:
     def sync_for(self, barrier: str, num_veu: int) -> SyncCost | None:
         """The synchronisation costs measured with ``barrier`` at the vEU count nearest
         ``num_veu`` (None: none with that barrier)."""
-        same = [c for c in self.sync if c.barrier == barrier]
+        same = [
+            c
+            for c in self.sync
+            if c.barrier == barrier
+            and all(math.isfinite(x) and x >= 0 for x in (c.barrier_us, c.launch_us))
+        ]
         return min(same, key=lambda c: (abs(c.num_veu - num_veu), -c.num_veu), default=None)
 
     def kernel_files(self) -> list[Path]:
@@ -438,7 +444,8 @@ def shipped_model_for(
     factors_from = "fit" if samples else "analytical"
     spec = vdevice.spec.name
     if not samples and shipped.factors and spec in shipped.factors:
-        model.factors[spec] = tuple(shipped.factors[spec])
+        # through the constructor: checked as any calibration (PlanError when impossible)
+        model.factors[spec] = CalibratedCostModel({spec: shipped.factors[spec]}).factors[spec]
         factors_from = "device.json"
     sync = shipped.sync_for(profiler.backend.barrier(options), vdevice.num_veu)
     if sync is not None:
@@ -457,7 +464,7 @@ def shipped_model_for(
             "date": shipped.date,
             "found": len(measurements),
             "missing": len(profiler.missing),
-            "missing_kernels": sorted(profiler.missing),
+            "missing_kernels": sorted(profiler.missing)[:MISSING_LISTED],
             "factors_from": factors_from,
             "sync": None
             if sync is None
