@@ -109,7 +109,7 @@ def main() -> None:
     models = [("real", m) for m in (REAL_MODELS if args.models is None else args.models)]
     models += [("light", m) for m in args.light]
     load_before = os.getloadavg()
-    rows = []
+    rows: list[dict] = []
     for kind, name in models:
         for mode in args.modes:
             row = run_one(kind, name, args.size, mode, args.target, args.timeout)
@@ -117,7 +117,12 @@ def main() -> None:
             row["mode"] = mode
             rows.append(row)
             print(json.dumps(row), flush=True)
-    load_after = os.getloadavg()
+            # written after every run: a long run stopped early keeps what it measured
+            write(args, rows, load_before, os.getloadavg())
+
+
+def write(args, rows: list[dict], load_before, load_after) -> None:
+    """The .json and .md files of the runs so far (ratios to TVM's build on CPU time)."""
     for row in rows:
         base = next((r for r in rows if r["model"] == row["model"] and r["mode"] == "tvm"), None)
         if base and "cpu_s" in base and "cpu_s" in row:
@@ -171,7 +176,6 @@ def main() -> None:
         lines.append("| " + " | ".join(cells) + " |")
     with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":
