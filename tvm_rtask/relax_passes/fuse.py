@@ -21,6 +21,7 @@ from ..errors import remember_errors
 from ..options import RTaskOptions, resolve_options
 from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
+from .stacked_sum import StackedSumToAdd
 from .stitch import StitchFusion
 
 OPAQUE = 8
@@ -97,6 +98,9 @@ def prepare_pipeline(fusion: str = "fuseops", device: str = "cpu") -> tvm.transf
     """
     passes = [
         RemoveInferenceDropout(),
+        # ONNX Sum (residual adds) as additions that fuse into the producer's epilogue
+        StackedSumToAdd(),
+        relax.transform.DeadCodeElimination(),
         relax.transform.LegalizeOps(),
         SafeNames(),
         relax.transform.AnnotateTIROpPattern(),

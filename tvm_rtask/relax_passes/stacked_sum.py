@@ -14,10 +14,9 @@ values, summed in the same order (float addition of two terms is exact to the sa
 rounding; three or more are added left to right, as the reduction does). Anything else is left
 alone. The residual add then fuses into the convolution's epilogue.
 
-Not wired into the pipeline here (``relax_passes/pipeline.py`` / ``fuse.py`` belong to other
-work): it must run on the imported Relax module before ``LegalizeOps`` (e.g. first in
-``prepare_pipeline``), followed by ``DeadCodeElimination`` (``FuseKeepingWaves`` runs one)
-to drop the unused ``broadcast_to`` / ``stack`` bindings.
+``prepare_pipeline`` (``fuse.py``) runs it on the imported Relax module before
+``LegalizeOps``, followed by ``DeadCodeElimination`` to drop the unused ``broadcast_to`` /
+``stack`` bindings.
 """
 
 from __future__ import annotations

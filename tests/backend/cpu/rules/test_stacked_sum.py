@@ -1,4 +1,4 @@
-"""StackedSumToAdd (relax_passes/stacked_sum.py, not wired into the pipeline yet): ONNX ``Sum``
+"""StackedSumToAdd (relax_passes/stacked_sum.py, first in RTaskPrepare): ONNX ``Sum``
 of same-shape inputs becomes additions, the residual add then fuses into the convolution's
 epilogue, and the outputs still match ONNX Runtime."""
 
@@ -82,6 +82,19 @@ def test_stacked_sum_becomes_adds_and_matches_onnxruntime(inputs):
     )
     expected = onnxruntime_outputs(model, feeds)[0]
     assert relative_error(out.numpy(), expected) < 1e-5
+
+
+def test_the_prepare_pipeline_rewrites_the_sum():
+    """RTaskPrepare runs the rewrite itself: the imported module's Sum leaves no stack and
+    the conv, residual add and relu are one kernel."""
+    import tvm
+
+    import tvm_rtask
+    from tvm_rtask.relax_passes import RTaskPrepare
+
+    prepared = RTaskPrepare()(tvm_rtask.frontend.load(_residual_model(2)))
+    kernels = [f for f in prepared.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert len(kernels) == 1 and "stack" not in prepared["main"].script()
 
 
 def test_other_sums_are_left_alone():
