@@ -30,7 +30,7 @@ CONFIGS = [
 
 
 def _every_veu_busy():
-    from tvm_rtask.schedule import AnalyticalCostModel
+    from tvm_rtask.policies import AnalyticalCostModel
 
     class EveryVEUBusy(AnalyticalCostModel):
         """The analytical model without widths: one share for every rTask."""
@@ -44,7 +44,7 @@ def _every_veu_busy():
 def measure(name: str, device: str) -> list[dict]:
     import tvm_rtask
     from tvm_rtask import models as zoo
-    from tvm_rtask.schedule import simulate
+    from tvm_rtask.policies import simulate
 
     mod, _ = zoo.get(name)
     busy = _every_veu_busy()

@@ -145,7 +145,7 @@ def all_configurations(target_kind: str) -> list[dict]:
     Each is ``{"name", "kind": tvm|rtask|peer|test, ...}``; ``default`` says whether it is in
     the set run when ``--configs`` is not given.
     """
-    from tvm_rtask.schedule import policy_names
+    from tvm_rtask.policies import policy_names
 
     gpu = target_kind == "cuda"
     policies = policy_names()

@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from tvm_rtask.core import RGraph, RKernel, ROperator, VDevice  # noqa: E402
-from tvm_rtask.schedule import make_plan, policy_names  # noqa: E402
+from tvm_rtask.policies import make_plan, policy_names  # noqa: E402
 
 DEVICES = {
     "cpu8": lambda: VDevice.cpu(8),

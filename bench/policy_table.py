@@ -29,9 +29,9 @@ import traceback
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from tvm_rtask.core import RGraph, RKernel, VDevice  # noqa: E402
-from tvm_rtask.schedule import AnalyticalCostModel, make_plan, policy_names, simulate  # noqa: E402
-from tvm_rtask.schedule.simulate import ideal_us  # noqa: E402
-from tvm_rtask.schedule.streams import simulate_streams  # noqa: E402
+from tvm_rtask.policies import AnalyticalCostModel, make_plan, policy_names, simulate  # noqa: E402
+from tvm_rtask.policies.simulate import ideal_us  # noqa: E402
+from tvm_rtask.policies.streams import simulate_streams  # noqa: E402
 
 CUDA_TARGET = {"kind": "cuda", "arch": "sm_90"}
 
@@ -136,7 +136,7 @@ def row(name: str, graph: RGraph, vd: VDevice, policy: str) -> dict:
 
 def streams_row(name: str, graph: RGraph, vd: VDevice) -> dict:
     """Opara's streams as a multi-stream run (one launch per operator), simulated: TVM's VM
-    has one stream, so this baseline exists only here (tvm_rtask.schedule.streams)."""
+    has one stream, so this baseline exists only here (tvm_rtask.policies.streams)."""
     cost = AnalyticalCostModel()
     start = time.perf_counter()
     t = simulate_streams(graph, vd, cost)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "tvm_rtask"
 LAYERS = [
     ["errors"],
     ["core", "frontend", "records", "native", "progress"],
-    ["schedule", "options"],  # pure Python: policies, cost models, the options they check
+    ["policies", "options"],  # pure Python: policies, cost models, the options they check
     ["tir", "viz"],
     ["backend"],
     ["relax_passes"],
@@ -27,7 +27,7 @@ LAYERS = [
     ["cli", "testing", "models", "demo", "tvmc"],
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
-PURE = {"core", "schedule"}  # must not import TVM's compiler at module level
+PURE = {"core", "policies"}  # must not import TVM's compiler at module level
 
 
 def _modules() -> dict[str, Path]:

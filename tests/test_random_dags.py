@@ -206,7 +206,7 @@ def test_random_dags_match_numpy(cases, index, policy):
 
 
 def test_plan_accepts_every_policy_and_reports_the_simulation(cases):
-    from tvm_rtask.schedule import simulate
+    from tvm_rtask.policies import simulate
 
     case = get_case(cases, 0)
     for policy in POLICIES:

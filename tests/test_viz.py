@@ -9,7 +9,7 @@ from tests.core.graphs import inception, op
 from tvm_rtask import viz
 from tvm_rtask.core import RGraph, RKernel, ROperator, VDevice
 from tvm_rtask.errors import OptionError
-from tvm_rtask.schedule import make_plan, simulate
+from tvm_rtask.policies import make_plan, simulate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SVG = "{http://www.w3.org/2000/svg}"

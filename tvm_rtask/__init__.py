@@ -1,6 +1,11 @@
 """tvm-rtask: Rammer-style persistent kernels for Apache TVM.
 
-``tvm_rtask.core`` and ``tvm_rtask.schedule`` are pure Python; the public API below imports
+Stages: frontend (model -> Relax) -> relax_passes.fuse (prepare) -> backend make_rkernels
+(rKernels) -> relax_passes.extract (graph) -> policies (rPrograms) -> relax_passes.
+lower_rprograms + backend dispatch (persistent kernels) -> backend build (executable);
+docs/design.md, "From model to kernel", names one file per step.
+
+``tvm_rtask.core`` and ``tvm_rtask.policies`` are pure Python; the public API below imports
 TVM on first use, so importing the package itself stays cheap.
 """
 

@@ -71,8 +71,8 @@ class RTaskOptions:
     cost: Any = "analytical"
 
     def validate(self) -> RTaskOptions:
-        from .schedule import policy_names
-        from .schedule.cost import CostModel
+        from .policies import policy_names
+        from .policies.cost import CostModel
 
         if self.policy not in policy_names():
             raise OptionError(
@@ -127,7 +127,7 @@ class RTaskOptions:
             raise OptionError(f"spin_timeout_ms must be >= 1, not {self.spin_timeout_ms!r}")
         if not isinstance(self.cost, CostModel) and self.cost not in COST_MODELS:
             raise OptionError(
-                f"cost must be one of {COST_MODELS} or a tvm_rtask.schedule.CostModel "
+                f"cost must be one of {COST_MODELS} or a tvm_rtask.policies.CostModel "
                 f"(e.g. runtime.measured_cost_model(...)), not {self.cost!r}"
             )
         _check_policy_options(self.policy, self.policy_options)
@@ -138,14 +138,14 @@ class RTaskOptions:
         whose predictions can be trusted to rank an rProgram against ordinary kernels."""
         if self.ordinary_fallback is not None:
             return self.ordinary_fallback
-        from .schedule.cost import CalibratedCostModel
+        from .policies.cost import CalibratedCostModel
 
         return self.cost == "measured" or isinstance(self.cost, CalibratedCostModel)
 
     def cost_model(self):
         """The cost model object the planner uses (``"measured"`` needs the module's
         rKernels: ``PlanRPrograms`` resolves it with ``runtime.profiler``)."""
-        from .schedule.cost import AnalyticalCostModel
+        from .policies.cost import AnalyticalCostModel
 
         if self.cost == "measured":
             raise OptionError(
@@ -173,7 +173,7 @@ def _is_int(value) -> bool:
 
 
 def _check_policy_options(policy: str, options: dict) -> None:
-    from .schedule.registry import get_policy
+    from .policies.registry import get_policy
 
     if not isinstance(options, dict):
         raise OptionError(f"policy_options must be a dict, not {options!r}")
@@ -224,8 +224,8 @@ def resolve_options(explicit: dict, pass_config=None) -> RTaskOptions:
 
 
 def _policy_option_names(policy: str) -> set[str]:
-    from .schedule.limits import LIMIT_OPTIONS
-    from .schedule.registry import get_policy
+    from .policies.limits import LIMIT_OPTIONS
+    from .policies.registry import get_policy
 
     try:
         return set(get_policy(policy).OPTIONS) - set(LIMIT_OPTIONS)

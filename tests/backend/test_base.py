@@ -14,7 +14,7 @@ from tvm_rtask.backend import as_target, get_backend, supported_kinds, target_di
 from tvm_rtask.errors import OptionError
 from tvm_rtask.options import RTaskOptions, resolve_options
 from tvm_rtask.relax_passes import fuse
-from tvm_rtask.relax_passes.plan import plan_options
+from tvm_rtask.relax_passes.plan_rprograms import plan_options
 from tvm_rtask.runtime.config import CONFIG_OPTIONS
 
 PACKAGE = Path(tvm_rtask.__file__).parent

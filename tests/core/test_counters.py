@@ -15,7 +15,7 @@ from tvm_rtask.core.counters import (
 )
 from tvm_rtask.core.script import Run
 from tvm_rtask.errors import DeadlockError, PlanError
-from tvm_rtask.schedule import AnalyticalCostModel, make_plan
+from tvm_rtask.policies import AnalyticalCostModel, make_plan
 
 COST = AnalyticalCostModel()
 

@@ -121,7 +121,7 @@ def test_absent_set_is_said_once_and_falls_back_to_the_rules(tmp_path, monkeypat
 
 def test_plan_options_resolve_db_for_cuda_without_a_set(tmp_path, monkeypatch):
     from tvm_rtask.backend import as_target
-    from tvm_rtask.relax_passes.plan import plan_options
+    from tvm_rtask.relax_passes.plan_rprograms import plan_options
 
     monkeypatch.setattr(sets, "SHIPPED_DIR", tmp_path)
     assert plan_options({}, None, as_target("cuda")).db is False

@@ -4,8 +4,8 @@ import numpy as np
 import tvm
 
 import tvm_rtask
+from tests.policies.test_ios import _MergeFriendly
 from tests.relax_passes.test_merge_convs import count_convs, inception_block, run
-from tests.schedule.test_ios import _MergeFriendly
 from tvm_rtask.relax_passes.ios_merge import IOSOperatorMerge
 from tvm_rtask.relax_passes.merge_convs import merge_candidates
 

@@ -8,9 +8,9 @@ import tvm
 from tvm import relax
 
 from tvm_rtask.core import RKernel, ROperator, VDevice
+from tvm_rtask.policies import AnalyticalCostModel, CalibratedCostModel, calibrate
+from tvm_rtask.policies.cost import roofline_us
 from tvm_rtask.runtime import profiler as prof
-from tvm_rtask.schedule import AnalyticalCostModel, CalibratedCostModel, calibrate
-from tvm_rtask.schedule.cost import roofline_us
 
 
 def two_branch_module():

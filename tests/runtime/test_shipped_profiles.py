@@ -30,7 +30,7 @@ def prepared(**options):
     """What PlanRPrograms makes of the module: (module, maker, graph, vdevice, options)."""
     from tvm_rtask import frontend
     from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
-    from tvm_rtask.relax_passes.plan import plan_options
+    from tvm_rtask.relax_passes.plan_rprograms import plan_options
 
     target = as_target(TARGET)
     resolved = plan_options({"db": False, **options, "cost": "measured"}, None, target)
@@ -218,7 +218,7 @@ def test_profile_export_shipped_round_trip(tiny, tmp_path, monkeypatch, capsys):
     profile finds them all without measuring."""
     from tvm_rtask.cli.main import main
     from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
-    from tvm_rtask.relax_passes.plan import plan_options
+    from tvm_rtask.relax_passes.plan_rprograms import plan_options
 
     monkeypatch.setenv(prof.CACHE_ENV, str(tmp_path / "unused"))
     out = tmp_path / "shipped" / "cpu-test"

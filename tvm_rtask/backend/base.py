@@ -149,7 +149,7 @@ class Backend(ABC):
 
     @abstractmethod
     def program_limits(self, options: RTaskOptions) -> dict[str, int]:
-        """rProgram size limits (``schedule/limits.py``): the user's or this target's."""
+        """rProgram size limits (``policies/limits.py``): the user's or this target's."""
 
     @abstractmethod
     def device(self):

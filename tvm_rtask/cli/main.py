@@ -262,7 +262,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from ..schedule import policy_names
+    from ..policies import policy_names
 
     policies = args.policy or policy_names()
     unknown = [p for p in policies if p not in policy_names()]

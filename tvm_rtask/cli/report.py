@@ -33,7 +33,7 @@ def plan_policies(model, target, policies: list[str], options: dict) -> dict:
     for policy in policies:
         opts = {**options, "policy": policy}
         # A fresh module per policy: PlanRPrograms replaces operators by their rKernels in
-        # the module it is given (seen in TVM 0.27 / relax_passes/plan.py), so a second
+        # the module it is given (seen in TVM 0.27 / relax_passes/plan_rprograms.py), so a second
         # policy planned on the same module would re-split already split loops.
         fresh = tvm.IRModule(dict(prepared.functions), attrs=prepared.attrs)
         planned = run_keeping_errors(

@@ -61,7 +61,7 @@ class RProgram(ProgramChecks):
         self._clock_cache: dict[int, tuple[Barrier, int, np.ndarray | None]] = {}
         self._generation = 0
         # op -> rTasks the planner costed it as running side by side with (its wave's width:
-        # fewer than the vEUs spread over the SMs and share each less; schedule/cost.py)
+        # fewer than the vEUs spread over the SMs and share each less; policies/cost.py)
         self.widths: dict[str, int] = {}
 
     # -- building ----------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 from .extract import ExtractedGraph, extract_graph
 from .fuse import FuseKeepingWaves, RTaskPrepare, prepare_pipeline
-from .lower import LowerRPrograms
+from .lower_rprograms import LowerRPrograms
 from .pipeline import rtask_pipeline
-from .plan import PLAN_ATTR, PlanRPrograms, as_target
+from .plan_rprograms import PLAN_ATTR, PlanRPrograms, as_target
 from .stitch import StitchFusion
 from .stitch_patterns import Limits as StitchLimits
 

@@ -24,8 +24,8 @@ from tvm import relax
 from ..backend import as_target, get_backend
 from ..core import Plan
 from ..errors import remember_errors
-from ..schedule import AnalyticalCostModel, CostModel
-from ..schedule.ios import choose_merges
+from ..policies import AnalyticalCostModel, CostModel
+from ..policies.ios import choose_merges
 from ..tir.tags import annotate_blocks, block_annotations
 from .dataflow import as_tir_call, main_dataflow, with_own_callees
 from .fuse import RTaskPrepare
@@ -89,7 +89,7 @@ class IOSOperatorMerge:
 
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        from .plan import PLAN_ATTR, PlanRPrograms, plan_options
+        from .plan_rprograms import PLAN_ATTR, PlanRPrograms, plan_options
 
         self.last_chosen = []
         options = plan_options(self.options, ctx, self.target)

@@ -16,11 +16,11 @@ import tvm
 from ..backend import as_target
 from ..errors import remember_errors
 from ..options import RTaskOptions
-from ..schedule.cost import CostModel
+from ..policies.cost import CostModel
 from .fuse import RTaskPrepare
 from .ios_merge import IOSOperatorMerge
-from .lower import LowerRPrograms
-from .plan import PlanRPrograms, plan_options
+from .lower_rprograms import LowerRPrograms
+from .plan_rprograms import PlanRPrograms, plan_options
 
 PHASES = ("prepare", "plan", "lower")
 

@@ -15,7 +15,7 @@ target, the rTask count and the device (the CPU's model and cores, the GPU's nam
 The synchronisation costs come from :mod:`tvm_rtask.runtime.sync_bench`. Entry points:
 :func:`profile_model` (``tvm-rtask profile``), ``cost="measured"`` (``PlanRPrograms`` calls
 :func:`measured_model_for`), :func:`measured_cost_model` and :func:`plan_measured`. This
-module imports TVM; ``tvm_rtask.schedule`` never imports it.
+module imports TVM; ``tvm_rtask.policies`` never imports it.
 
 Shipped profiles (``profiles/<device>/``, package data; docs/scheduling.md, "Measured cost
 model without a GPU: shipped profiles"): where the target's GPU is absent, ``cost="measured"``
@@ -42,8 +42,8 @@ from ..backend.base import RKernelMaker
 from ..backend.cpu.threads import cpu_model_name  # noqa: F401 - part of this module's API
 from ..core import Plan, RGraph, RKernel, ROperator, VDevice
 from ..errors import OptionError
-from ..schedule.cost import CalibratedCostModel, calibrate, register_cost_resolver
-from ..schedule.planner import make_plan
+from ..policies.cost import CalibratedCostModel, calibrate, register_cost_resolver
+from ..policies.planner import make_plan
 from .cache import CACHE_ENV, default_cache_dir  # noqa: F401 - part of the API
 from .sync_bench import SyncCost
 
@@ -319,7 +319,7 @@ def profile_model(
     synchronisation benchmark on the device present."""
     from .. import frontend
     from ..relax_passes import RTaskPrepare, extract_graph
-    from ..relax_passes.plan import plan_options
+    from ..relax_passes.plan_rprograms import plan_options
 
     profiler = RKernelProfiler(target, cache_dir=cache_dir, use_cache=use_cache, refresh=refresh)
     resolved = plan_options({**options, "cost": "analytical"}, None, profiler.target)

@@ -12,8 +12,8 @@ from ..core.plan import OrdinaryCall, Plan
 from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
 from ..errors import OptionError
-from ..schedule.cost import AnalyticalCostModel, CostModel
-from ..schedule.simulate import PlanTiming, simulate
+from ..policies.cost import AnalyticalCostModel, CostModel
+from ..policies.simulate import PlanTiming, simulate
 from .colours import (
     _WAVE_PALETTE,
     COLOR_BY,

@@ -10,8 +10,8 @@ from ..core.graph import RGraph
 from ..core.plan import OrdinaryCall, Plan
 from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
-from ..schedule.cost import CostModel
-from ..schedule.simulate import PlanTiming
+from ..policies.cost import CostModel
+from ..policies.simulate import PlanTiming
 from .colours import LAUNCH_COLOUR, MIN_WAIT_PX, ROW_SHADE, WAIT_COLOUR, WAIT_EDGE, _text_colour
 from .layout import GanttLayout, _pct, gantt_layout
 from .svg import gantt_svg

@@ -20,7 +20,7 @@ from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 
 # The CPU dispatcher inlines each rKernel once per vEU that runs it; LLVM's time grows faster
 # than linearly with the function, so rPrograms are capped on llvm (every policy that takes
-# the limits of schedule/limits.py: wavefront, wavefront_global, ios, opara).
+# the limits of policies/limits.py: wavefront, wavefront_global, ios, opara).
 MAX_OPS_PER_PROGRAM = 64
 RTASKS_PER_VEU = 2
 VARIANT_INFIX = "_rk"

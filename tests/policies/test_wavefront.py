@@ -13,8 +13,8 @@ from tvm_rtask.core import (
     RProgram,
     VDevice,
 )
-from tvm_rtask.schedule import AnalyticalCostModel, make_plan, simulate_program
-from tvm_rtask.schedule.wavefront import WavefrontPolicy, _max_excluding_self, _WaveBuilder
+from tvm_rtask.policies import AnalyticalCostModel, make_plan, simulate_program
+from tvm_rtask.policies.wavefront import WavefrontPolicy, _max_excluding_self, _WaveBuilder
 
 COST = AnalyticalCostModel()
 

@@ -42,7 +42,7 @@ class WavefrontPolicy(Policy):
 
     name = "wavefront"
     global_barrier: ClassVar[bool] = False
-    # A wave that would push an rProgram past a limit (schedule/limits.py) starts a new one.
+    # A wave that would push an rProgram past a limit (policies/limits.py) starts a new one.
     OPTIONS: ClassVar[dict] = dict(LIMIT_OPTIONS)
 
     def __init__(self, **options) -> None:

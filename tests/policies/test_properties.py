@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.core.graphs import layered_dags, small_dags
 from tvm_rtask.core import Barrier, Plan, RGraph, RProgram, VDevice
 from tvm_rtask.errors import PlanError
-from tvm_rtask.schedule import (
+from tvm_rtask.policies import (
     AnalyticalCostModel,
     make_plan,
     policy_names,

@@ -2,8 +2,8 @@
 
 from tests.core.graphs import diamond, inception, op
 from tvm_rtask.core import RGraph, RKernel, ROperator, VDevice
-from tvm_rtask.schedule import AnalyticalCostModel, OparaPolicy, make_plan
-from tvm_rtask.schedule.opara import is_compute_bound
+from tvm_rtask.policies import AnalyticalCostModel, OparaPolicy, make_plan
+from tvm_rtask.policies.opara import is_compute_bound
 
 COST = AnalyticalCostModel()
 
@@ -70,8 +70,8 @@ def test_unsupported_ops_split_programs():
 
 def test_streams_simulation_overlaps_independent_branches():
     from tests.core.graphs import inception
-    from tvm_rtask.schedule.simulate import ideal_us
-    from tvm_rtask.schedule.streams import simulate_streams
+    from tvm_rtask.policies.simulate import ideal_us
+    from tvm_rtask.policies.streams import simulate_streams
 
     graph, vd, cost = inception(), VDevice.cpu(8), AnalyticalCostModel()
     t = simulate_streams(graph, vd, cost)

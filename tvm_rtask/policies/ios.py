@@ -327,7 +327,7 @@ class IOSPolicy(Policy):
 
     def segments(self, graph: RGraph) -> list[list[str] | OrdinaryCall]:
         """The graph cut into rPrograms' operator lists (in :meth:`order`) and ordinary calls:
-        an unsupported operator or a program limit (schedule/limits.py) ends a segment."""
+        an unsupported operator or a program limit (policies/limits.py) ends a segment."""
         parts: list[list[str] | OrdinaryCall] = []
         segment: list[str] = []
         limit = ProgramLimit(graph, self.options)

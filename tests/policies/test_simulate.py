@@ -12,7 +12,7 @@ from tvm_rtask.core import (
     VDevice,
 )
 from tvm_rtask.errors import CapacityError, DeadlockError
-from tvm_rtask.schedule import (
+from tvm_rtask.policies import (
     AnalyticalCostModel,
     ideal_us,
     simulate,

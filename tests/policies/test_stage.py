@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from tests.core.graphs import inception, layered_dags
 from tvm_rtask.core import DEVICE_SPECS, VDevice
-from tvm_rtask.schedule import AnalyticalCostModel, ProgramBuilder, simulate_program
-from tvm_rtask.schedule.stage import depth_widths, distribute, stage_depths, stage_schedule
+from tvm_rtask.policies import AnalyticalCostModel, ProgramBuilder, simulate_program
+from tvm_rtask.policies.stage import depth_widths, distribute, stage_depths, stage_schedule
 
 COST = AnalyticalCostModel()
 
@@ -83,7 +83,7 @@ def test_small_and_numpy_paths_agree():
         kernels = {o: COST.fastest(g.op(o), vd) for o in ops}
         a = stage_schedule(ops, kernels, g, vd, COST)
         # the same stage through the other implementation
-        import tvm_rtask.schedule.stage as stage
+        import tvm_rtask.policies.stage as stage
 
         saved = stage._SMALL
         stage._SMALL = 0 if n < 30 else 10**6

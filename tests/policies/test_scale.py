@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from planning_time import DEVICES, layered_graph  # noqa: E402
 
-from tvm_rtask.schedule import make_plan  # noqa: E402
+from tvm_rtask.policies import make_plan  # noqa: E402
 
 
 @pytest.mark.parametrize("device", ["cpu8", "h100"])

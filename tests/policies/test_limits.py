@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from tests.core.graphs import chain, layered_dags, op
 from tvm_rtask.core import OrdinaryCall, RGraph, VDevice
 from tvm_rtask.errors import OptionError
-from tvm_rtask.schedule import AnalyticalCostModel, make_plan
-from tvm_rtask.schedule.ios import IOSPolicy, choose_merges
+from tvm_rtask.policies import AnalyticalCostModel, make_plan
+from tvm_rtask.policies.ios import IOSPolicy, choose_merges
 
 COST = AnalyticalCostModel()
 LIMITED = ["wavefront", "wavefront_global", "ios", "opara"]

@@ -1,6 +1,6 @@
 from tests.core.graphs import diamond, op
 from tvm_rtask.core import OrdinaryCall, RGraph, VDevice
-from tvm_rtask.schedule import make_plan
+from tvm_rtask.policies import make_plan
 
 
 def test_one_program_per_op_round_robin():

@@ -3,7 +3,7 @@ import pytest
 from tests.core.graphs import diamond
 from tvm_rtask.core import RGraph, VDevice
 from tvm_rtask.errors import OptionError
-from tvm_rtask.schedule import (
+from tvm_rtask.policies import (
     IOSPolicy,
     OparaPolicy,
     Policy,

@@ -4,8 +4,8 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.core.graphs import inception, layered_dags, op
 from tvm_rtask.core import OrdinaryCall, RGraph, RProgram, VDevice
-from tvm_rtask.schedule import AnalyticalCostModel, make_plan
-from tvm_rtask.schedule.simulate import simulate_plan
+from tvm_rtask.policies import AnalyticalCostModel, make_plan
+from tvm_rtask.policies.simulate import simulate_plan
 
 VD = VDevice.cuda("h100", threads=128, registers=64, num_veu=24)
 
@@ -67,7 +67,7 @@ def test_a_guarded_plan_is_never_estimated_above_ordinary_kernels(graph):
 
 def test_the_fallback_is_on_by_default_only_with_a_measured_cost_model():
     from tvm_rtask.options import resolve_options
-    from tvm_rtask.schedule import CalibratedCostModel
+    from tvm_rtask.policies import CalibratedCostModel
 
     assert not resolve_options({}).falls_back_to_ordinary()
     assert resolve_options({"cost": "measured"}).falls_back_to_ordinary()

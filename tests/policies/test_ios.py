@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from tests.core.graphs import chain, inception, op, small_dags
 from tvm_rtask.core import RGraph, VDevice
-from tvm_rtask.schedule import AnalyticalCostModel, IOSPolicy, make_plan, simulate
-from tvm_rtask.schedule.ios import _Part, choose_merges
+from tvm_rtask.policies import AnalyticalCostModel, IOSPolicy, make_plan, simulate
+from tvm_rtask.policies.ios import _Part, choose_merges
 
 COST = AnalyticalCostModel()
 

@@ -37,7 +37,7 @@ def test_policy_options_reach_the_policy(prepared):
 
 
 def test_a_cost_model_object_reaches_the_policy(prepared):
-    from tvm_rtask.schedule import AnalyticalCostModel
+    from tvm_rtask.policies import AnalyticalCostModel
 
     class Counting(AnalyticalCostModel):
         calls = 0

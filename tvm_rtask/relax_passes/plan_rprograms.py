@@ -14,10 +14,10 @@ from ..backend import as_target, get_backend, target_dict
 from ..core import RGraph
 from ..errors import OptionError, remember_errors
 from ..options import RTaskOptions, resolve_options
-from ..schedule import make_plan
-from ..schedule.cost import COST_RESOLVERS
-from ..schedule.limits import LIMIT_OPTIONS
-from ..schedule.registry import get_policy
+from ..policies import make_plan
+from ..policies.cost import COST_RESOLVERS
+from ..policies.limits import LIMIT_OPTIONS
+from ..policies.registry import get_policy
 from .extract import extract_graph
 
 PLAN_ATTR = "rtask.plan"
@@ -46,7 +46,7 @@ def plan_options(explicit: dict, ctx: tvm.transform.PassContext | None, target) 
 
 def policy_arguments(options: RTaskOptions, backend) -> dict:
     """The policy's own options plus the backend's rProgram limits when the policy takes
-    them (schedule/limits.py)."""
+    them (policies/limits.py)."""
     arguments = dict(options.policy_options)
     if set(LIMIT_OPTIONS) <= set(get_policy(options.policy).OPTIONS):
         arguments.update(backend.program_limits(options))

@@ -19,7 +19,7 @@ from ..options import RTaskOptions
 from ..tir.common import TensorDecl
 from .dataflow import replace_block, static_shape
 from .extract import ExtractedGraph, extract_graph
-from .plan import PLAN_ATTR
+from .plan_rprograms import PLAN_ATTR
 
 
 def _decl(name: str, expr: relax.Expr) -> TensorDecl:

@@ -2,7 +2,7 @@ import pytest
 
 from tests.core.graphs import op
 from tvm_rtask.core import DEVICE_SPECS, RKernel, ROperator, VDevice
-from tvm_rtask.schedule import AnalyticalCostModel
+from tvm_rtask.policies import AnalyticalCostModel
 
 
 def test_roofline_per_rtask():
@@ -56,7 +56,7 @@ def test_calibrated_model_takes_measured_barrier_and_launch_costs():
     import json
 
     from tvm_rtask.errors import PlanError
-    from tvm_rtask.schedule import CalibratedCostModel
+    from tvm_rtask.policies import CalibratedCostModel
 
     vd = VDevice.cpu(2)
     plain = CalibratedCostModel()
@@ -78,7 +78,7 @@ def test_calibrated_model_takes_measured_barrier_and_launch_costs():
 
 
 def test_prefer_measured_beats_a_records_estimate():
-    from tvm_rtask.schedule import CalibratedCostModel
+    from tvm_rtask.policies import CalibratedCostModel
 
     vd = VDevice.cpu(2)
     k = RKernel("t@2", 2, est_us=9.0)
@@ -90,7 +90,7 @@ def test_prefer_measured_beats_a_records_estimate():
 
 
 def test_an_rtask_gets_an_sm_of_its_own_while_fewer_run_than_there_are_sms():
-    from tvm_rtask.schedule.cost import veu_share
+    from tvm_rtask.policies.cost import veu_share
 
     cost = AnalyticalCostModel(task_overhead_us=0.0)
     full = VDevice.cuda(DEVICE_SPECS["h100"], 256, 32, num_veu=264)
@@ -122,7 +122,7 @@ def test_a_subclass_rtask_us_is_scaled_by_the_width_not_bypassed():
 
 
 def test_measured_times_are_rescaled_from_the_width_they_were_taken_at():
-    from tvm_rtask.schedule import CalibratedCostModel, calibrate
+    from tvm_rtask.policies import CalibratedCostModel, calibrate
 
     full = VDevice.cuda(DEVICE_SPECS["h100"], 256, 32, num_veu=264)
     o = op("a", ["x"], 4, flops=67e6, nbytes=0)

@@ -54,7 +54,7 @@ class OparaPolicy(Policy):
     """Opara's launch order as the rTask order of persistent kernels."""
 
     name = "opara"
-    # An operator that would push an rProgram past a limit (schedule/limits.py) starts a new one.
+    # An operator that would push an rProgram past a limit (policies/limits.py) starts a new one.
     OPTIONS = dict(LIMIT_OPTIONS)
 
     def __init__(self, **options) -> None:
