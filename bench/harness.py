@@ -93,6 +93,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the bench/ modules below, when imported as a module
 from records import model_id, results_document  # noqa: E402
 
+from tvm_rtask.testing.onnx_light import max_relative_error  # noqa: E402
+
 ROOT = HERE.parent
 DEFAULT_OUT = HERE / "results"
 DEFAULT_CACHE = Path(os.environ.get("TVM_RTASK_BENCH_CACHE", "/tmp/tvm-rtask-cache"))
@@ -325,25 +327,6 @@ def to_numpy_list(result) -> list[np.ndarray]:
             out.extend(to_numpy_list(r))
         return out
     return [np.asarray(result)]
-
-
-def max_relative_error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
-    """max over outputs of max|a - e| / max|e|; inf when counts or shapes differ or a value
-    is not finite."""
-    if len(actual) != len(expected):
-        return float("inf")
-    worst = 0.0
-    for a, e in zip(actual, expected, strict=True):
-        a = np.asarray(a)
-        e = np.asarray(e)
-        if a.shape != e.shape or not np.isfinite(a).all():
-            return float("inf")
-        if not e.size:
-            continue
-        scale = float(np.max(np.abs(e)))
-        diff = float(np.max(np.abs(a.astype(np.float64) - e)))
-        worst = max(worst, diff / scale if scale else diff)
-    return worst
 
 
 def one_line(err: BaseException) -> str:

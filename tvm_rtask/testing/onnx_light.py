@@ -230,6 +230,21 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
     return diff / scale if scale else diff
 
 
+def max_relative_error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
+    """The largest :func:`relative_error` over outputs; inf when the counts or shapes differ
+    or a value is not finite."""
+    if len(actual) != len(expected):
+        return float("inf")
+    worst = 0.0
+    for a, e in zip(actual, expected, strict=True):
+        a, e = np.asarray(a), np.asarray(e)
+        if a.shape != e.shape or not np.isfinite(a).all():
+            return float("inf")
+        if e.size:
+            worst = max(worst, relative_error(a, e))
+    return worst
+
+
 def assert_outputs_match(actual, expected, label, tolerance: float = 1e-4) -> None:
     """Every output has the reference's shape, is finite and is within ``tolerance`` of it
     (:func:`relative_error`); ``label`` names the case in the failure message."""

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .onnx_light import max_relative_error
+
 # name -> label; the running order (ONNX Runtime first: it writes the reference outputs).
 RUNTIMES = {
     "onnxruntime": "ONNX Runtime (CPUExecutionProvider)",
@@ -107,24 +109,6 @@ def time_calls(
         if max_seconds is not None and len(samples) >= min_samples and end - begin > max_seconds:
             break
     return samples
-
-
-def relative_error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
-    """max over outputs of max|a - e| / max|e|; inf when counts or shapes differ or a value
-    is not finite."""
-    if len(actual) != len(expected):
-        return float("inf")
-    worst = 0.0
-    for a, e in zip(actual, expected, strict=True):
-        a, e = np.asarray(a), np.asarray(e)
-        if a.shape != e.shape or not np.isfinite(a).all():
-            return float("inf")
-        if not e.size:
-            continue
-        scale = float(np.max(np.abs(e)))
-        diff = float(np.max(np.abs(a.astype(np.float64) - e)))
-        worst = max(worst, diff / scale if scale else diff)
-    return worst
 
 
 def cpu_name() -> str:
@@ -497,7 +481,7 @@ def run_worker(spec: dict) -> dict:
         return record
     with np.load(reference) as saved:
         expected = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-    error = relative_error(out, expected)
+    error = max_relative_error(out, expected)
     record["relative_error"] = float(f"{error:.3g}")
     if not error <= spec.get("tolerance", TOLERANCE):
         record["error"] = f"wrong result: relative error {error:.3g} against the reference"
