@@ -484,24 +484,29 @@ class Window:
         _append(self.out / "window.jsonl", rec)
 
     # subprocesses
+    @staticmethod
+    def _env(env: dict | None = None) -> dict:
+        """The environment of a step's process: the tree importable, output unbuffered."""
+        full = dict(os.environ, PYTHONUNBUFFERED="1")
+        full["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), full.get("PYTHONPATH", "")) if p
+        )
+        full.update(env or {})
+        return full
+
+    @staticmethod
+    def _popen(cmd: list[str], env: dict, log) -> subprocess.Popen:
+        """``cmd`` in its own process group (killable as a whole), output into ``log``."""
+        return subprocess.Popen(
+            cmd, cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
     def run(self, cmd: list[str], name: str, end: float, env: dict | None = None) -> int | None:
         """``cmd`` with its output in ``work/<name>.log``; killed (None) at ``end``."""
-        full_env = dict(os.environ)
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), full_env.get("PYTHONPATH", "")) if p
-        )
-        full_env["PYTHONUNBUFFERED"] = "1"
-        full_env.update(env or {})
         self.say(f"{name}: {shlex.join(cmd[1:] if cmd[0] == sys.executable else cmd)}")
         with open(self.work / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=str(ROOT),
-                env=full_env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            proc = self._popen(cmd, self._env(env), log)
             while proc.poll() is None:
                 if time.time() > end:
                     _kill_group(proc)
@@ -517,20 +522,12 @@ class Window:
         With a list ``keep``, those still running at ``end`` go on, appended to it as
         ``(name, process)``, instead of being cut."""
         pending, running, cut = list(cmds), [], []
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        env = self._env()
         while pending or running:
             while pending and len(running) < parallel and time.time() < end - self.start_margin:
                 name, cmd = pending.pop(0)
                 log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115 - closed below
-                proc = subprocess.Popen(
-                    cmd,
-                    cwd=str(ROOT),
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                proc = self._popen(cmd, env, log)
                 running.append((name, proc, log))
             if pending and time.time() >= end - self.start_margin:
                 cut += [name for name, _ in pending]
@@ -622,18 +619,10 @@ class Window:
             self.background.append(("torch-warm", self._spawn(cmd, "torch-warm")))
 
     def _spawn(self, cmd: list[str], name: str) -> subprocess.Popen:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        """``cmd`` in the background, its output in ``work/<name>.log``."""
         self.say(f"background {name}: {shlex.join(cmd[1:])}")
         with open(self.work / f"{name}.log", "ab") as log:
-            return subprocess.Popen(
-                cmd,
-                cwd=str(ROOT),
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            return self._popen(cmd, self._env(), log)
 
     def stop_background(self, wait_until: float) -> None:
         """Let the background compiles finish until ``wait_until``, then stop them all (the
