@@ -94,6 +94,7 @@ sys.path.insert(0, str(HERE))  # the bench/ modules below, when imported as a mo
 from records import model_id, results_document  # noqa: E402
 
 from tvm_rtask.testing.onnx_light import max_relative_error  # noqa: E402
+from tvm_rtask.testing.peers import cpu_name, versions  # noqa: E402
 
 ROOT = HERE.parent
 DEFAULT_OUT = HERE / "results"
@@ -835,40 +836,20 @@ def gpu_info() -> dict:
 def device_name(target_kind: str, threads: int) -> str:
     if target_kind == "cuda":
         return gpu_info().get("name", "cuda")
-    return f"{cpu_model_name()}, {threads} threads"
+    return f"{cpu_name()}, {threads} threads"
 
 
-def cpu_model_name() -> str:
-    """From /proc/cpuinfo (without importing TVM: the driver process stays light)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def versions() -> dict:
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for dist in (
-        "apache-tvm",
-        "apache-tvm-ffi",
-        "tvm-rtask",
-        "onnx",
-        "onnxruntime",
-        "torch",
-        "onnx2torch",
-        "numpy",
-    ):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+# the distributions a benchmark record names the versions of (peers.versions reads them)
+DISTRIBUTIONS = (
+    "apache-tvm",
+    "apache-tvm-ffi",
+    "tvm-rtask",
+    "onnx",
+    "onnxruntime",
+    "torch",
+    "onnx2torch",
+    "numpy",
+)
 
 
 def environment(target_kind: str, threads: int, args) -> dict:
@@ -881,7 +862,7 @@ def environment(target_kind: str, threads: int, args) -> dict:
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "host": platform.node(),
         "platform": platform.platform(),
-        "versions": versions(),
+        "versions": versions(DISTRIBUTIONS),
         "source_hash": source_hash(),
         "warmup": args.warmup,
         "repeat": args.repeat,

@@ -112,6 +112,8 @@ def time_calls(
 
 
 def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, without importing TVM (a driver process
+    stays light), else what ``platform`` knows."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -178,20 +180,25 @@ def contention(before: dict | None, after: dict | None) -> dict:
     }
 
 
-def versions() -> dict:
+# the distributions a CPU peers record names the versions of
+PEER_DISTRIBUTIONS = (
+    "apache-tvm",
+    "tvm-rtask",
+    "numpy",
+    "onnx",
+    "onnxruntime",
+    "openvino",
+    "torch",
+    "onnx2torch",
+)
+
+
+def versions(distributions=PEER_DISTRIBUTIONS) -> dict:
+    """Python's version and that of each installed distribution of ``distributions``."""
     from importlib import metadata
 
     out = {"python": platform.python_version()}
-    for dist in (
-        "apache-tvm",
-        "tvm-rtask",
-        "numpy",
-        "onnx",
-        "onnxruntime",
-        "openvino",
-        "torch",
-        "onnx2torch",
-    ):
+    for dist in distributions:
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
