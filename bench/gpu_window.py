@@ -55,6 +55,7 @@ import sys
 import tarfile
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -192,6 +193,26 @@ def _harness_builds(spec: str, exe_cache: str):
     return ctx, build, times
 
 
+@contextmanager
+def _recorded(out: Path, rec: dict, nvcc_cache: bool = False):
+    """Run the ``with`` body as one step's record: an exception is recorded (``ok`` False,
+    its type and message) and the window goes on; the seconds taken (and with
+    ``nvcc_cache`` the process's nvcc cache hits and misses) are added and the record is
+    appended to ``out``. Yields the start time."""
+    t0 = time.perf_counter()
+    try:
+        yield t0
+    except Exception as err:  # noqa: BLE001 - recorded; the window goes on
+        traceback.print_exc()
+        rec.update(ok=False, error=f"{type(err).__name__}: {str(err).strip()[:600]}")
+    rec["seconds"] = round(time.perf_counter() - t0, 2)
+    if nvcc_cache:
+        from tvm_rtask.backend.cuda import compile_cache
+
+        rec["nvcc_cache"] = compile_cache.stats()
+    _append(out, rec)
+
+
 def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = None) -> int:
     """TVM's default build and tvm-rtask's default build of ``spec`` on the same inputs; on a
     GPU also the default build under a CUDA graph, replayed; one JSON line to ``out``."""
@@ -202,8 +223,7 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
     from tvm_rtask.backend.cuda import compile_cache
 
     rec: dict = {"step": "numerics", "model": spec, "target": "cuda" if gpu else "llvm"}
-    t0 = time.perf_counter()
-    try:
+    with _recorded(out, rec, nvcc_cache=True) as t0:
         model, inputs = load_model(spec)
         rec["inputs_sha"] = inputs_digest(inputs)
         mod = tvm_rtask.frontend.load(model)
@@ -247,12 +267,6 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
             rec["ok"] = rec["ok"] and worst < TOLERANCE and identical
         else:
             rec["graph_replays"] = "skipped: no GPU (CUDA graphs need one)"
-    except Exception as err:  # noqa: BLE001 - recorded; the window goes on
-        traceback.print_exc()
-        rec.update(ok=False, error=f"{type(err).__name__}: {str(err).strip()[:600]}")
-    rec["seconds"] = round(time.perf_counter() - t0, 2)
-    rec["nvcc_cache"] = compile_cache.stats()
-    _append(out, rec)
     return 0
 
 
@@ -260,29 +274,20 @@ def timeout_worker(out: Path) -> int:
     """The forced timeout: a plan whose vEU waits for a step never reached must come back
     as a named error (tests/cuda/test_gpu.py's test, run here as a function)."""
     rec: dict = {"step": "numerics", "model": "forced_timeout"}
-    t0 = time.perf_counter()
-    try:
+    with _recorded(out, rec):
         sys.path.insert(0, str(ROOT))
         from tests.cuda.test_gpu import test_broken_plan_times_out_with_an_error
 
         test_broken_plan_times_out_with_an_error()
         rec.update(ok=True, note="check_status raised RuntimeError 'timed out'")
-    except Exception as err:  # noqa: BLE001
-        traceback.print_exc()
-        rec.update(ok=False, error=f"{type(err).__name__}: {str(err).strip()[:600]}")
-    rec["seconds"] = round(time.perf_counter() - t0, 2)
-    _append(out, rec)
     return 0
 
 
 def codegen_worker(spec: str, out: Path) -> int:
     """Without a GPU: tvm-rtask's CUDA build of ``spec`` for sm_90 through nvcc and the
     cache (codegen only, nothing runs), as the pack does for the window's models."""
-    from tvm_rtask.backend.cuda import compile_cache
-
     rec: dict = {"step": "numerics", "model": spec, "target": "cuda (codegen only)"}
-    t0 = time.perf_counter()
-    try:
+    with _recorded(out, rec, nvcc_cache=True):
         import tvm_rtask
 
         model, inputs = load_model(spec)
@@ -290,12 +295,6 @@ def codegen_worker(spec: str, out: Path) -> int:
         tvm_rtask.compile(tvm_rtask.frontend.load(model), TARGET)
         rec["ok"] = True
         rec["note"] = "built for sm_90 (nvcc, ptxas checked); not run: GPU ABSENT"
-    except Exception as err:  # noqa: BLE001
-        traceback.print_exc()
-        rec.update(ok=False, error=f"{type(err).__name__}: {str(err).strip()[:600]}")
-    rec["seconds"] = round(time.perf_counter() - t0, 2)
-    rec["nvcc_cache"] = compile_cache.stats()
-    _append(out, rec)
     return 0
 
 
