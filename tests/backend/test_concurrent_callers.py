@@ -28,6 +28,7 @@ from tvm import relax
 
 import tvm_rtask
 from tests.relax_passes.models import SharedKernels, TwoBranches
+from tvm_rtask.relax_passes import as_target
 from tvm_rtask.runtime import export_library, native
 
 NUM_VEU = 2
@@ -274,9 +275,7 @@ def test_two_cuda_vms_of_one_executable_at_once(streams):
     model = load_light_model("squeezenet")
     inputs = list(random_inputs(model).values())
     mod = tvm_rtask.frontend.load(model)
-    reference = relax.VirtualMachine(
-        tvm.compile(mod, tvm_rtask.relax_passes.as_target(CUDA_TARGET)), dev
-    )
+    reference = relax.VirtualMachine(tvm.compile(mod, as_target(CUDA_TARGET)), dev)
     expected = reference["main"](*(tvm.runtime.tensor(x, dev) for x in inputs))
     expected = expected.numpy() if hasattr(expected, "numpy") else expected[0].numpy()
     assert np.abs(expected).max() > 1e-3

@@ -186,3 +186,14 @@ def test_executable_checks_the_status_words_only_when_asked():
     # by default no blocking copy per call: a timeout traps in the kernel instead
     plain = tvm_rtask.rtask_pipeline(target)(model)
     assert "tvm_rtask.check_status" not in plain["main"].script()
+
+
+def test_forced_timeout_call_gives_every_dispatcher_parameter():
+    """The GPU test of the forced timeout calls the dispatcher with one value per parameter
+    (a GPU window found it one argument short after the arenas added ``rtask_offsets``)."""
+    from tests.cuda.broken_plan import broken_plan, call_arguments, parameter_names
+
+    func, values = broken_plan()
+    args = call_arguments(func, values)
+    assert len(args) == len(func.params)
+    assert {"rtask_sync", "rtask_table", "rtask_pairs"} <= set(parameter_names(func))

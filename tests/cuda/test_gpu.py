@@ -9,16 +9,9 @@ import tvm
 from tvm import relax
 
 import tvm_rtask
+from tests.cuda.broken_plan import broken_plan, call_arguments, parameter_names
 from tvm_rtask import models as zoo
-from tvm_rtask.backend.cuda.dispatch import (
-    ENTRY_WORDS,
-    WAIT,
-    CUDAProgramCode,
-    build_cuda_dispatcher,
-    sync_words,
-)
-from tvm_rtask.backend.cuda.rkernel import make_cuda_rkernel, schedule_for_cuda
-from tvm_rtask.relax_passes import RTaskPrepare, extract_graph
+from tvm_rtask.relax_passes import as_target
 from tvm_rtask.testing.onnx_light import (
     LIGHT_MODELS,
     assert_outputs_match,
@@ -26,7 +19,6 @@ from tvm_rtask.testing.onnx_light import (
     random_inputs,
 )
 from tvm_rtask.testing.run import run_executable
-from tvm_rtask.tir.common import TensorDecl
 
 pytestmark = pytest.mark.gpu
 TARGET = {"kind": "cuda", "arch": "sm_90"}
@@ -37,9 +29,7 @@ def _matches_tvm_default(model, inputs, label, **options):
     build computes."""
     dev = tvm.cuda(0)
     mod = tvm_rtask.frontend.load(model)
-    reference = run_executable(
-        tvm.compile(mod, tvm_rtask.relax_passes.as_target(TARGET)), inputs, dev
-    )
+    reference = run_executable(tvm.compile(mod, as_target(TARGET)), inputs, dev)
     actual = run_executable(tvm_rtask.compile(mod, TARGET, **options), inputs, dev)
     assert_outputs_match(actual, reference, label)
 
@@ -130,43 +120,14 @@ def test_cooperative_launch_gives_the_same_results(cuda_graph):
 
 def test_broken_plan_times_out_with_an_error():
     """vEU 0 waits for a step vEU 1 never reaches: the kernel returns and the check raises."""
-    from tvm.script import relax as R
-
-    @tvm.script.ir_module
-    class Add:
-        @R.function
-        def main(x: R.Tensor((1024,), "float32")):
-            with R.dataflow():
-                y = R.add(x, x)
-                R.output(y)
-            return y
-
-    target = tvm_rtask.relax_passes.as_target(TARGET)
-    mod = RTaskPrepare()(Add)
-    op = extract_graph(mod).operators[0]
-    kernel = make_cuda_rkernel(schedule_for_cuda(mod[op.func], target))
-    table = np.zeros((2, 1, ENTRY_WORDS), "int32")
-    table[0, 0] = [WAIT, 0, 1, 0, 0]
-    pairs = np.array([[1, 5]], "int32")
-    code = CUDAProgramCode(
-        inputs=[TensorDecl("x", (1024,), "float32")],
-        outputs=[TensorDecl("y", (1024,), "float32")],
-        calls={"add": (kernel, ["x", "x", "y"])},
-        num_veu=2,
-        threads=256,
-        table=table,
-        pairs=pairs,
-        op_index={"add": 0},
-    )
-    func = build_cuda_dispatcher(code, timeout_ns=100_000_000).with_attr("global_symbol", "main")
-    lib = tvm.compile(tvm.IRModule({"main": func}), target)
-    dev = tvm.cuda(0)
-    sync = tvm.runtime.tensor(sync_words(2), dev)
-    x = tvm.runtime.tensor(np.ones(1024, "float32"), dev)
-    y = tvm.runtime.empty((1024,), "float32", dev)
-    lib["main"](x, tvm.runtime.tensor(table, dev), tvm.runtime.tensor(pairs, dev), sync, y)
-    dev.sync()
     from tvm_rtask.backend.cuda.status import check_status
 
+    func, values = broken_plan()
+    lib = tvm.compile(tvm.IRModule({"main": func}), as_target(TARGET))
+    dev = tvm.cuda(0)
+    args = [tvm.runtime.tensor(v, dev) for v in call_arguments(func, values)]
+    lib["main"](*args)
+    dev.sync()
+    sync = args[parameter_names(func).index("rtask_sync")]
     with pytest.raises(RuntimeError, match="timed out"):
         check_status(sync)

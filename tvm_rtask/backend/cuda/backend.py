@@ -552,7 +552,7 @@ class CUDABackend(Backend):
                 callees[kernel] = [str(n) for n in attrs[BODY_FUNCTIONS_ATTR]]
         usage = with_callees(parse_ptxas_report(report), report, callees, dynamic)
         capacities = check_co_residency(
-            plan.vdevice.spec, cuda.threads, plan.vdevice.num_veu, usage
+            plan.vdevice.spec, plan.vdevice.threads, plan.vdevice.num_veu, usage
         )
         plan.kernel_usage = {
             name: {"registers": usage[name].registers, "shared_mem": usage[name].shared_mem,
