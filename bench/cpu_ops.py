@@ -67,10 +67,21 @@ FUSES_RELU = ("Conv", "Gemm", "MatMul")
 FUSED_AFTER = (("BatchNormalization",), ("Add", "Sum"), ("Relu",))
 
 
+def load_model(name: str):
+    """An onnx light model, or ``real:<name>[:reduced]``: a torchvision architecture of
+    ``tvm_rtask.models.real`` (full size unless ``:reduced``), both with seeded weights."""
+    if name.startswith("real:"):
+        from tvm_rtask.models.real import load_real_model
+
+        arch, _, size = name.removeprefix("real:").partition(":")
+        return load_real_model(arch, size=size or "full", seed=0)
+    return load_light_model(name)
+
+
 def prepared_funcs(name_or_mod, target: tvm.target.Target) -> dict:
     """The distinct PrimFuncs of a light model (or a Relax module) after ``RTaskPrepare``."""
     if isinstance(name_or_mod, str):
-        mod = tvm_rtask.frontend.load(load_light_model(name_or_mod))
+        mod = tvm_rtask.frontend.load(load_model(name_or_mod))
     else:
         mod = name_or_mod
     with target:
@@ -388,7 +399,7 @@ def ort_report(
     from tvm_rtask.testing.onnx_light import random_inputs, relative_error
 
     rows, failed = [], []
-    for op in onnx_operators(load_light_model(name)):
+    for op in onnx_operators(load_model(name)):
         if only and only not in op["ops"]:
             continue
         inputs = random_inputs(op["model"])
@@ -564,7 +575,7 @@ def _e2e_model(
         relative_error,
     )
 
-    model = load_light_model(name)
+    model = load_model(name)
     inputs = random_inputs(model)
     reference = onnxruntime_outputs(model, inputs)
     mod = load_module(model)

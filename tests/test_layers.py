@@ -19,7 +19,7 @@ LAYERS = [
     ["errors"],
     ["core", "frontend", "records", "native", "progress"],
     ["policies", "options"],  # pure Python: policies, cost models, the options they check
-    ["tir", "viz"],
+    ["tir", "viz", "relax_exprs"],
     ["backend"],
     ["relax_passes"],
     ["runtime", "tuning"],

@@ -62,9 +62,9 @@ def test_the_device_option_reaches_fusion_stitching(monkeypatch, entry):
     seen = []
     original = fuse.prepare_pipeline
 
-    def spy(fusion, device):
+    def spy(fusion, device, target_passes=()):
         seen.append((fusion, device))
-        return original(fusion, device)
+        return original(fusion, device, target_passes)
 
     monkeypatch.setattr(fuse, "prepare_pipeline", spy)
     target = {"kind": "cuda", "arch": "sm_80"}
@@ -81,6 +81,6 @@ def test_prepare_alone_takes_the_device_keyword(monkeypatch):
     from tvm_rtask.relax_passes import RTaskPrepare, fuse
 
     seen = []
-    monkeypatch.setattr(fuse, "prepare_pipeline", lambda f, d: seen.append(d) or (lambda m: m))
+    monkeypatch.setattr(fuse, "prepare_pipeline", lambda f, d, *_: seen.append(d) or (lambda m: m))
     RTaskPrepare("stitch", {"kind": "cuda", "arch": "sm_80"}, device="h100")(TwoBranches)
     assert seen == ["h100"]

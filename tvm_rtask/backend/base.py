@@ -143,6 +143,12 @@ class Backend(ABC):
         for ``barrier="counter"``, else their step barriers."""
         return "counters" if self.barrier(options) == "counter" else "steps"
 
+    def prepare_passes(self, options: RTaskOptions) -> list:
+        """Relax passes of this target that RTaskPrepare runs before legalization (operator
+        rewrites its schedule rules rely on); none by default."""
+        del options
+        return []
+
     @abstractmethod
     def device_spec(self, options: RTaskOptions) -> DeviceSpec:
         """The device table entry that scores plans and fusion patterns for this target."""

@@ -90,16 +90,21 @@ class SafeNames:
         return make_names_safe(mod)
 
 
-def prepare_pipeline(fusion: str = "fuseops", device: str = "cpu") -> tvm.transform.Pass:
+def prepare_pipeline(
+    fusion: str = "fuseops", device: str = "cpu", target_passes=()
+) -> tvm.transform.Pass:
     """Legalize, annotate, fold constants and fuse: the Relax module the planner expects.
 
     ``fusion`` is ``"fuseops"`` (TVM's FuseOps kept from chaining branches), ``"stitch"``
-    (FusionStitching, scored for ``device``'s table entry) or ``"none"``.
+    (FusionStitching, scored for ``device``'s table entry) or ``"none"``. ``target_passes``:
+    the backend's own rewrites of Relax operators (``Backend.prepare_passes``), run before
+    legalization.
     """
     passes = [
         RemoveInferenceDropout(),
         # ONNX Sum (residual adds) as additions that fuse into the producer's epilogue
         StackedSumToAdd(),
+        *target_passes,
         relax.transform.DeadCodeElimination(),
         relax.transform.LegalizeOps(),
         SafeNames(),
@@ -143,5 +148,6 @@ class RTaskPrepare:
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         options = self.options or resolve_options(self.explicit, ctx.config)
-        device = get_backend(self.target).device_spec(options).name
-        return prepare_pipeline(options.fusion, device)(mod)
+        backend = get_backend(self.target)
+        device = backend.device_spec(options).name
+        return prepare_pipeline(options.fusion, device, backend.prepare_passes(options))(mod)

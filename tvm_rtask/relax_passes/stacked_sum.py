@@ -24,58 +24,38 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-
-def _op_name(expr) -> str | None:
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return None
-
-
-def _shape_of(expr) -> list[int] | None:
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    if shape is None or not isinstance(shape, relax.ShapeExpr):
-        return None
-    dims = []
-    for dim in shape.values:
-        if not isinstance(dim, tvm.tirx.IntImm):
-            return None
-        dims.append(int(dim.value))
-    return dims
+from ..relax_exprs import bound_value, op_name, static_shape_of
 
 
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def _bound(self, expr):
-        if isinstance(expr, relax.Var):
-            value = self.lookup_binding(expr)
-            if value is not None:
-                return value
-        return expr
+        return bound_value(self, expr)
 
     def _term(self, expr, shape, dtype):
         """``expr`` as a term of the sum (a same-shape ``broadcast_to`` looked through), or
         None when it is not of the output's shape and dtype."""
         value = self._bound(expr)
-        if _op_name(value) == "relax.broadcast_to" and _shape_of(value.args[0]) == shape:
+        if op_name(value) == "relax.broadcast_to" and static_shape_of(value.args[0]) == shape:
             expr = value.args[0]
-        if _shape_of(expr) != shape or str(expr.ty.dtype) != dtype:
+        if static_shape_of(expr) != shape or str(expr.ty.dtype) != dtype:
             return None
         return expr
 
     def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
         call = self.visit_expr_post_order(call)
-        if _op_name(call) != "relax.sum" or call.attrs.keepdims:
+        if op_name(call) != "relax.sum" or call.attrs.keepdims:
             return call
         axis = call.attrs.axis
         if axis is None or [int(a) for a in axis] != [0]:
             return call
         stacked = self._bound(call.args[0])
-        if _op_name(stacked) != "relax.stack" or int(stacked.attrs.axis) != 0:
+        if op_name(stacked) != "relax.stack" or int(stacked.attrs.axis) != 0:
             return call
         items = self._bound(stacked.args[0])
         if not isinstance(items, relax.Tuple) or len(items.fields) < 2:
             return call
-        shape, dtype = _shape_of(call), str(getattr(call.ty, "dtype", ""))
+        shape, dtype = static_shape_of(call), str(getattr(call.ty, "dtype", ""))
         if shape is None:
             return call
         terms = [self._term(item, shape, dtype) for item in items.fields]

@@ -202,6 +202,16 @@ class CPUBackend(Backend):
     def barrier(self, options) -> str:
         return self.options_for(options).barrier
 
+    def prepare_passes(self, options) -> list:
+        """With the rules on: constant matmul weights packed into column panels
+        (``pack_matmul_weights.py``), which ``MatmulKN`` streams."""
+        if not self.options_for(options).rules:
+            return []
+        from .pack_matmul_weights import PackMatmulWeights
+        from .rules.base import vector_lanes
+
+        return [PackMatmulWeights(vector_lanes(self.target))]
+
     def device_spec(self, options):
         return cpu_spec(options.num_veu or worker_capacity())
 

@@ -55,3 +55,41 @@ def test_declines_other_products():
     func = te.create_prim_func([x, w, y])
     assert isinstance(func, tirx.PrimFunc)
     assert MatmulKN().apply(func, LLVM, False) is None
+
+
+def _packed_func(target, m, k, n, batch=None):
+    """The fused PrimFunc of ``x @ W + b`` after ``PackMatmulWeights`` (``W`` constant)."""
+    import numpy as np
+    from tvm import relax
+
+    from tvm_rtask.backend.cpu.pack_matmul_weights import PackMatmulWeights
+    from tvm_rtask.backend.cpu.rules.base import vector_lanes
+
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((*([batch] if batch else []), m, k), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, relax.const(rng.standard_normal((k, n), "float32"))))
+            bias = relax.const(rng.standard_normal((n,), "float32"))
+            out = bb.emit_output(relax.op.nn.relu(relax.op.add(y, bias)))
+        bb.emit_func_output(out)
+    return fused_func(PackMatmulWeights(vector_lanes(target))(bb.get()))
+
+
+@pytest.mark.parametrize(
+    "m, k, n, batch",
+    [
+        (13, 24, 256, None),  # 13 rows: the last row tile overlaps the one before
+        (1, 24, 256, 13),  # [13, 1, K]: the batch tiled as rows
+        (5, 16, 96, 2),  # batches that read the same weight
+    ],
+    ids=["prime_rows", "rows_as_batch", "batched"],
+)
+@pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
+def test_packed_weights_are_scheduled_and_match(m, k, n, batch, target):
+    func = _packed_func(target, m, k, n, batch)
+    scheduled = schedule_cpu_func(func, target)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
+    args = random_args(func)
+    assert_close(run(scheduled, args, target), run(func, args, target))

@@ -40,29 +40,69 @@ from .base import (
 )
 
 
-def _is_matmul_kn(sch: s_tir.Schedule, block) -> bool:
+def _packed_width(region, k, n) -> int | None:
+    """``T`` when ``region`` reads a packed weight ``Wp[n // T, k, n % T]``, else None."""
+    if len(region) != 3 or not region[1].min.same_as(k):
+        return None
+    outer, inner = region[0].min, region[2].min
+    if not (isinstance(outer, tirx.FloorDiv) and isinstance(inner, tirx.FloorMod)):
+        return None
+    widths = {outer.b, inner.b}
+    if not (outer.a.same_as(n) and inner.a.same_as(n)) or len(widths) > 2:
+        return None
+    if not all(isinstance(w, tirx.IntImm) for w in widths):
+        return None
+    values = {int(w.value) for w in widths}
+    return values.pop() if len(values) == 1 else None
+
+
+def _matmul_kn_width(sch: s_tir.Schedule, block) -> int | None:
     """``out[..., m, n] (+)= A[..., m, k] * B[..., k, n]``: spatial iterators, then one
-    reduction; some read indexed ``[k, n]`` by the last two dimensions."""
+    reduction; some read indexed ``[k, n]`` by the last two dimensions (0 returned), or a
+    packed weight ``Wp[n // T, k, n % T]`` (``PackMatmulWeights``: ``T`` returned). None
+    when the block is something else."""
     info = get_sblock_info(sch, block)
     kinds = info.dom_kind()
     if len(kinds) < 3 or not kinds.endswith("SSR") or "R" in kinds[:-1]:
-        return False
+        return None
     stmt = sch.get(block)
     if len(stmt.writes) != 1 or len(stmt.reads) < 2:
-        return False
+        return None
     ivars = [iv.var for iv in stmt.iter_vars]
     m, n, k = ivars[-3:]
     out = stmt.writes[0].region
     if len(out) < 2 or not (out[-2].min.same_as(m) and out[-1].min.same_as(n)):
-        return False
-    kn = mk = False
+        return None
+    width = None
+    mk = False
     for read in stmt.reads:
         region = read.region
         if len(region) >= 2 and region[-2].min.same_as(k) and region[-1].min.same_as(n):
-            kn = True
+            width = 0
+        elif (packed := _packed_width(region, k, n)) is not None:
+            width = packed
         if len(region) >= 2 and region[-2].min.same_as(m) and region[-1].min.same_as(k):
             mk = True
-    return kn and mk
+    return width if mk else None
+
+
+def _weight_is_shared(sch: s_tir.Schedule, block) -> bool:
+    """The ``[k, n]`` operand (or packed weight) has no batch dimension: every batch reads
+    the same matrix, so batches may be tiled as rows."""
+    stmt = sch.get(block)
+    ivars = [iv.var for iv in stmt.iter_vars]
+    n, k = ivars[-2], ivars[-1]
+    for read in stmt.reads:
+        region = read.region
+        if len(region) == 2 and region[0].min.same_as(k) and region[1].min.same_as(n):
+            return True
+        if _packed_width(region, k, n) is not None:
+            return True
+    return False
+
+
+def _is_matmul_kn(sch: s_tir.Schedule, block) -> bool:
+    return _matmul_kn_width(sch, block) is not None
 
 
 class MatmulKN(CPUScheduleRule):
@@ -82,10 +122,23 @@ class MatmulKN(CPUScheduleRule):
         if split_producers(sch, mm) != []:  # only copies are inlined: no padding here
             return None
         m_ext, n_ext = extents[-3], extents[-2]
+        if m_ext == 1 and batch and extents[len(batch) - 1] > 1 and _weight_is_shared(sch, mm):
+            # [B, 1, K] @ [K, N] (a sequence-first transformer's projections): the batch is
+            # the matrix's rows, tiled as rows; the unit row loop joins the outer loops
+            batch, m, m_ext = [*batch[:-1], m], batch[-1], extents[len(batch) - 1]
         lanes = min(vector_lanes(target), n_ext)
-        # column vectors per tile: as many as fit, keeping four tiles for the vEUs if it can
-        nv = max(1, min(self.max_col_vectors, n_ext // lanes // 4))
-        mr = split_divisible(m_ext, max(1, min(self.max_rows, self.acc_vectors // nv)))
+        packed = _matmul_kn_width(sch, mm)
+        if packed:  # the panel is the column tile: its k rows are contiguous
+            if packed % lanes:
+                return None
+            nv = packed // lanes
+        else:
+            # column vectors per tile: as many as fit, keeping four tiles for the vEUs
+            nv = max(1, min(self.max_col_vectors, n_ext // lanes // 4))
+        rows = max(1, min(self.max_rows, self.acc_vectors // nv))
+        mr = split_divisible(m_ext, rows)
+        if mr < rows and m_ext >= rows:  # e.g. 197 rows: overlap the last row tile instead
+            mr = rows
         tile = nv * lanes
         mo, mi = sch.split(m, [None, mr])
         no, nin = sch.split(n, [None, tile])
@@ -111,6 +164,9 @@ class MatmulKN(CPUScheduleRule):
                 loops = [*loops[:-1], outer]
             for loop in loops[:-1]:
                 sch.unroll(loop)
-        if n_ext % tile == 0:
-            return sch
-        return overlap_last_tile(sch.mod["main"], loop_var_of(sch, no), tile, n_ext)
+        func = sch.mod["main"]
+        if m_ext % mr:
+            func = overlap_last_tile(func, loop_var_of(sch, mo), mr, m_ext)
+        if func is not None and n_ext % tile:
+            func = overlap_last_tile(func, loop_var_of(sch, no), tile, n_ext)
+        return sch if func is sch.mod["main"] else func

@@ -1,0 +1,127 @@
+"""Constant matmul weights packed into column panels at compile time (CPU).
+
+``x[..., m, k] @ W[k, n]`` reads a ``T``-column tile of ``W`` down all ``k`` rows: one cache
+line per row, ``n * 4`` bytes apart. When ``n * 4`` is a multiple of 4 KiB (ViT's 3072
+columns: 12 KiB) every row of the tile falls into the same L1 and L2 sets, so the tile does not
+stay in cache: ViT-B/16's MLP layers ran 15-18x ONNX Runtime's time, the attention projection
+(2,304 columns) 2.8x (docs/kernel-quality.md, "Packed matmul weights").
+
+:class:`PackMatmulWeights` rewrites ``matmul(x, W)`` with a constant float32 ``W`` (or the
+``permute_dims`` of a constant, as ONNX ``Gemm(transB=1)`` imports) into a call of the
+PrimFunc ``matmul_packed(x, Wp)``, with ``Wp[n // T, k, n % T] = W[k, n]`` computed once here
+(numpy): a panel of ``T`` columns is then ``k * T`` contiguous floats. The CPU rule
+``MatmulKN`` schedules it with column tiles of ``T`` (the panel), so the loads stream. ``T``
+is four vectors of the target (64 floats with AVX-512, 32 with AVX2) or, when ``n`` is not a
+multiple of that, two vectors or one; a weight with no such ``T`` is left alone. The numbers
+are the same products summed in the same order, so outputs are bitwise equal.
+
+The pass runs in RTaskPrepare, as the llvm backend's own pass when the CPU rules are on
+(``CPUBackend.prepare_passes``), before legalization; the call carries ``op_pattern`` 4
+(output-elementwise fusable), so the bias add and activations still fuse into it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te
+
+from ...relax_exprs import bound_value, op_name, static_shape_of
+
+PACKED_NAME = "matmul_packed"
+OUT_EWISE_FUSABLE = 4  # tvm.relax's OpPatternKind.kOutEWiseFusable
+
+
+def panel_width(n: int, lanes: int) -> int | None:
+    """Columns per panel for ``n`` columns: 4, 2 or 1 vectors of ``lanes``, the widest that
+    divides ``n``; None when none does."""
+    for vectors in (4, 2, 1):
+        width = vectors * lanes
+        if n >= width and n % width == 0:
+            return width
+    return None
+
+
+def pack_weight(weight: np.ndarray, width: int) -> np.ndarray:
+    """``W[k, n]`` as ``Wp[n // width, k, n % width]`` (contiguous)."""
+    k, n = weight.shape
+    return np.ascontiguousarray(weight.reshape(k, n // width, width).transpose(1, 0, 2))
+
+
+def _matmul_packed(x: te.Tensor, packed: te.Tensor, n: int) -> te.Tensor:
+    *batch, m_extent, k_extent = x.shape
+    width = int(packed.shape[2])
+    k = te.reduce_axis((0, k_extent), name="k")
+    return te.compute(
+        (*batch, m_extent, n),
+        lambda *i: te.sum(x[(*i[:-1], k)] * packed[i[-1] // width, k, i[-1] % width], axis=k),
+        name="matmul_packed",
+    )
+
+
+@relax.expr_functor.mutator
+class _Rewriter(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, lanes: int) -> None:
+        super().__init__(mod)
+        self.lanes = lanes
+
+    def _bound(self, expr):
+        return bound_value(self, expr)
+
+    def _constant_weight(self, expr) -> np.ndarray | None:
+        """The value of ``expr`` when it is a 2-D float32 constant, or the transpose of one."""
+        expr = self._bound(expr)
+        transpose = False
+        if op_name(expr) == "relax.permute_dims":
+            axes = expr.attrs.axes
+            if axes is not None and [int(a) for a in axes] != [1, 0]:
+                return None
+            transpose, expr = True, self._bound(expr.args[0])
+        if not isinstance(expr, tvm.ir.expr.Constant):
+            return None
+        value = expr.value.numpy()
+        if value.ndim != 2 or value.dtype != np.float32:
+            return None
+        return value.T if transpose else value
+
+    def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
+        call = self.visit_expr_post_order(call)
+        if op_name(call) != "relax.matmul":
+            return call
+        x, w = call.args
+        x_shape = static_shape_of(x)
+        if x_shape is None or len(x_shape) < 2 or str(x.ty.dtype) != "float32":
+            return call
+        if call.attrs.out_dtype not in ("", "float32", None):
+            return call
+        weight = self._constant_weight(w)
+        if weight is None or weight.shape[0] != x_shape[-1]:
+            return call
+        width = panel_width(weight.shape[1], self.lanes)
+        if width is None or weight.shape[1] == width:  # one panel: W is already contiguous
+            return call
+        packed = relax.const(pack_weight(weight, width))
+        return self.builder_.call_te(
+            _matmul_packed,
+            x,
+            packed,
+            weight.shape[1],
+            primfunc_name_hint=PACKED_NAME,
+            primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
+        )
+
+
+@tvm.transform.module_pass(opt_level=0, name="PackMatmulWeights")
+class PackMatmulWeights:
+    """Pack every constant matmul weight into panels of ``T`` columns (see the module
+    docstring); ``lanes``: float32 lanes of the target's vectors."""
+
+    def __init__(self, lanes: int) -> None:
+        self.lanes = lanes
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        rewriter = _Rewriter(mod, self.lanes)
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+        return rewriter.builder_.finalize()
