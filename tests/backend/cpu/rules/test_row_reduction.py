@@ -1,0 +1,50 @@
+"""RowReduction: softmax and layer norm rows in parallel (TVM's dlight.cpu.Reduction), and
+nothing else."""
+
+import numpy as np
+import pytest
+from tvm import relax
+
+from tests.backend.cpu.rules.common import (
+    LLVM,
+    NATIVE,
+    assert_close,
+    conv_module,
+    fused_func,
+    random_args,
+    run,
+)
+from tvm_rtask.backend.cpu.rules import RULE_ATTR, RowReduction, schedule_cpu_func
+from tvm_rtask.backend.cpu.tuned import outer_parallel_extent
+
+
+def _module(which: str):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 3, 37, 45), "float32"))
+    rng = np.random.default_rng(0)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            if which == "softmax":
+                y = relax.op.nn.softmax(x, axis=-1)
+            else:
+                gamma, beta = (relax.const(rng.standard_normal(45).astype("float32")) for _ in "gb")
+                y = relax.op.nn.layer_norm(x, gamma, beta, axes=[-1])
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("which", ["softmax", "layer_norm"])
+@pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
+def test_rows_run_in_parallel_and_match(which, target):
+    func = fused_func(_module(which))
+    scheduled = schedule_cpu_func(func, target)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "RowReduction"
+    assert outer_parallel_extent(scheduled) == 3 * 37
+    args = random_args(func)
+    assert_close(run(scheduled, args, target), run(func, args, target))
+
+
+def test_declines_reductions_over_several_axes():
+    conv = fused_func(conv_module(3, 8, 15, 3, 2, 0))  # reduces over channels and window
+    assert RowReduction().apply(conv, LLVM, False) is None
