@@ -49,3 +49,14 @@ def test_erf_is_accurate_near_zero_and_beyond(span):
     nonzero = np.abs(expected) > 1e-6
     assert np.max(np.abs(y - expected)[nonzero] / np.abs(expected[nonzero])) < 2e-6
     assert "erff" not in ll
+
+
+@pytest.mark.parametrize("op", ["sigmoid", "tanh"])
+def test_sigmoid_and_tanh_are_accurate_and_saturate(op):
+    x = np.concatenate([np.linspace(-20, 20, N), [-1000.0, 1000.0] * 8]).astype("float32")
+    y, ll = _apply(op, x)
+    wide = x.astype("float64")
+    expected = 1 / (1 + np.exp(-wide)) if op == "sigmoid" else np.tanh(wide)
+    assert np.all(np.isfinite(y))
+    assert np.max(np.abs(y - expected)) < 5e-7
+    assert "expf" not in ll and "llvm.exp" not in ll and "tanhf" not in ll

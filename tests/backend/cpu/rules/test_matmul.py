@@ -57,7 +57,7 @@ def test_declines_other_products():
     assert MatmulKN().apply(func, LLVM, False) is None
 
 
-def _packed_func(target, m, k, n, batch=None):
+def _packed_func(target, m, k, n, batch=None, lanes=None):
     """The fused PrimFunc of ``x @ W + b`` after ``PackMatmulWeights`` (``W`` constant)."""
     import numpy as np
     from tvm import relax
@@ -74,7 +74,7 @@ def _packed_func(target, m, k, n, batch=None):
             bias = relax.const(rng.standard_normal((n,), "float32"))
             out = bb.emit_output(relax.op.nn.relu(relax.op.add(y, bias)))
         bb.emit_func_output(out)
-    return fused_func(PackMatmulWeights(vector_lanes(target))(bb.get()))
+    return fused_func(PackMatmulWeights(lanes or vector_lanes(target))(bb.get()))
 
 
 @pytest.mark.parametrize(
@@ -93,3 +93,12 @@ def test_packed_weights_are_scheduled_and_match(m, k, n, batch, target):
     assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
     args = random_args(func)
     assert_close(run(scheduled, args, target), run(func, args, target))
+
+
+def test_panels_packed_for_narrower_vectors_are_still_scheduled():
+    """A module packed for 8-lane vectors (plain llvm) scheduled for this machine's CPU."""
+    func = _packed_func(NATIVE, 3, 16, 1000, lanes=8)  # 1000 columns: panels of 8
+    scheduled = schedule_cpu_func(func, NATIVE)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
+    args = random_args(func)
+    assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))

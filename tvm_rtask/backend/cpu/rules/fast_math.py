@@ -1,4 +1,4 @@
-"""float32 ``exp`` and ``erf`` as arithmetic that LLVM vectorises.
+"""float32 ``exp``, ``erf``, ``sigmoid`` and ``tanh`` as arithmetic that LLVM vectorises.
 
 TVM 0.27 lowers ``T.exp`` for llvm to ``llvm.exp.v16f32``, which the x86 backend splits into
 16 calls of libm's ``expf``, and ``T.erf`` to scalar ``erff`` calls: a vectorised softmax or
@@ -13,6 +13,8 @@ rewrites both, in a PrimFunc a rule has scheduled, into polynomials of the class
   ``1 - t (a1 + t (a2 + ...)) exp(-x^2)`` with ``t = 1 / (1 + p |x|)`` and the sign restored
   (absolute error below 1.5e-7); below 0.5 the Taylor series to ``x^9`` (relative error below
   4e-7).
+- ``sigmoid(x)`` and ``tanh(x)`` (which TVM lowers through ``llvm.exp`` too) from that
+  ``exp``: ``1 / (1 + exp(-x))`` and ``sign(x) (1 - exp(-2|x|)) / (1 + exp(-2|x|))``.
 
 Both stay within the numerics the project checks (relative error < 1e-4 against ONNX
 Runtime), on models whose activations stay alive.
@@ -26,6 +28,8 @@ from tvm import tirx
 
 EXP = tvm.ir.Op.get("tirx.exp")
 ERF = tvm.ir.Op.get("tirx.erf")
+SIGMOID = tvm.ir.Op.get("tirx.sigmoid")
+TANH = tvm.ir.Op.get("tirx.tanh")
 F32 = "float32"
 
 EXP_MAX = 88.72283  # log of float32's largest finite value
@@ -76,16 +80,31 @@ def fast_erf(x: tirx.PrimExpr) -> tirx.PrimExpr:
     return tirx.Select(ax < _f(0.5), series, tirx.Select(x < _f(0.0), -y, y))
 
 
+def fast_sigmoid(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """``1 / (1 + exp(-x))`` with :func:`fast_exp` (saturates to 0 and 1)."""
+    return _f(1.0) / (_f(1.0) + fast_exp(-x))
+
+
+def fast_tanh(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """``tanh(x)`` as ``sign(x) (1 - e) / (1 + e)`` with ``e = exp(-2 |x|)`` (no overflow)."""
+    e = fast_exp(_f(-2.0) * tirx.abs(x))
+    y = (_f(1.0) - e) / (_f(1.0) + e)
+    return tirx.Select(x < _f(0.0), -y, y)
+
+
+FAST = {EXP: fast_exp, ERF: fast_erf, SIGMOID: fast_sigmoid, TANH: fast_tanh}
+
+
 def vectorizable_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with every float32 ``exp`` and ``erf`` call rewritten (see the module)."""
+    """``func`` with every float32 ``exp``, ``erf``, ``sigmoid`` and ``tanh`` call rewritten
+    (see the module)."""
 
     def rewrite(call):
         if str(call.ty) != F32 or len(call.args) != 1:
             return call
-        if call.op.same_as(EXP):
-            return fast_exp(call.args[0])
-        if call.op.same_as(ERF):
-            return fast_erf(call.args[0])
+        for op, fast in FAST.items():
+            if call.op.same_as(op):
+                return fast(call.args[0])
         return call
 
     return func.with_body(tvm_ffi.structural_map(func.body, (tvm.ir.expr.Call, rewrite)))

@@ -129,8 +129,10 @@ class MatmulKN(CPUScheduleRule):
         lanes = min(vector_lanes(target), n_ext)
         packed = _matmul_kn_width(sch, mm)
         if packed:  # the panel is the column tile: its k rows are contiguous
-            if packed % lanes:
-                return None
+            if packed % lanes:  # packed for narrower vectors than this target's
+                if lanes % packed:
+                    return None
+                lanes = packed
             nv = packed // lanes
         else:
             # column vectors per tile: as many as fit, keeping four tiles for the vEUs
