@@ -11,6 +11,7 @@ from tests.backend.cpu.rules.common import (
     assert_close,
     conv_module,
     fused_func,
+    matmul_module,
     random_args,
     run,
 )
@@ -45,6 +46,22 @@ def test_rows_run_in_parallel_and_match(which, target):
     assert_close(run(scheduled, args, target), run(func, args, target))
 
 
-def test_declines_reductions_over_several_axes():
-    conv = fused_func(conv_module(3, 8, 15, 3, 2, 0))  # reduces over channels and window
+def test_declines_reductions_of_two_tensors():
+    conv = fused_func(conv_module(3, 8, 15, 3, 2, 0))  # input and weight, over the window
     assert RowReduction().apply(conv, LLVM, False) is None
+    product = fused_func(matmul_module(3, 16, 24))  # x and w, over k
+    assert RowReduction().apply(product, LLVM, False) is None
+
+
+def test_global_average_pooling_is_scheduled_and_matches():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 24, 9, 11), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.mean(x, axis=[2, 3], keepdims=True))
+        bb.emit_func_output(out)
+    func = fused_func(bb.get())
+    scheduled = schedule_cpu_func(func, NATIVE)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "RowReduction"
+    args = random_args(func)
+    assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))

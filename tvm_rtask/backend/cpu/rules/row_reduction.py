@@ -5,7 +5,7 @@ functions it was written for.
 vectorises the injective blocks. It also accepts any other reduction whose blocks share
 leading spatial axes, convolutions included, where it is no gain (a strided convolution that
 ``Conv2dNCHW`` declines on purpose). :class:`RowReduction` applies it only when every block
-reduces over at most one axis, its last.
+reduces one tensor (not two, as a convolution or a product does) over its last axes.
 """
 
 from __future__ import annotations
@@ -18,18 +18,37 @@ from tvm.target import Target
 from .base import CPUScheduleRule
 
 
+def _uses(expr, variables) -> bool:
+    found = tirx.analysis.undefined_vars(expr, [])
+    return any(v.same_as(u) for v in variables for u in found)
+
+
 class RowReduction(CPUScheduleRule):
-    """``dlight.cpu.Reduction`` where each block reduces over its last axis only."""
+    """``dlight.cpu.Reduction`` where each reduction block reduces one tensor over its
+    trailing axes (softmax, layer norm, global average pooling)."""
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
-        infos = normalize_prim_func(s_tir.Schedule(func))
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
         if not infos:
             return None
-        kinds = [info.dom_kind() for info in infos]
-        if not any("R" in k for k in kinds):
+        reductions = [info for info in infos if not info.is_injective()]
+        if not reductions:
             return None
-        if any(k.count("R") > 1 or ("R" in k and not k.endswith("R")) for k in kinds):
-            return None
+        for info in reductions:
+            if "R" in info.dom_kind().rstrip("R"):  # a reduction axis before a spatial one
+                return None
+            # one tensor reduced (softmax's max and sum, layer norm's moments, a mean; what
+            # else they read is per row): convolutions and products reduce two
+            stmt = sch.get(info.block_rv)
+            axes = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+            reduced = {
+                read.source.name
+                for read in stmt.reads
+                if any(_uses(r.min, axes) for r in read.region)
+            }
+            if len(reduced) != 1:
+                return None
         return Reduction().apply(func, target, tunable)
