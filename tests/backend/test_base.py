@@ -104,7 +104,7 @@ def test_policy_options_reach_the_policy():
 def test_stitch_fusion_scores_with_the_targets_device(monkeypatch):
     seen = []
 
-    def fake(fusion, device="cpu"):
+    def fake(fusion, device="cpu", target_passes=()):
         seen.append((fusion, device))
         return tvm.transform.Sequential([])
 

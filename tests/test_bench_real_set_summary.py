@@ -1,0 +1,41 @@
+"""bench/real_set_summary.py: the real-set table and its geometric means, from results files."""
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from real_set_summary import markdown, summarize  # noqa: E402
+
+
+def _peers(times: dict) -> dict:
+    return {
+        "cpu": "test",
+        "threads": 2,
+        "command": "cpu_peers.py",
+        "models": {
+            model: {"runtimes": {k: {"median_ms": v} for k, v in runtimes.items()}}
+            for model, runtimes in times.items()
+        },
+    }
+
+
+def test_best_policy_ratios_geomeans_and_eager():
+    peers = _peers(
+        {
+            "resnet18": {"onnxruntime": 10.0, "rtask_sequential": 20.0, "rtask_wavefront": 15.0},
+            "vit_b_16": {"onnxruntime": 100.0, "rtask_sequential": 50.0},
+        }
+    )
+    torch = {"records": [{"model": "resnet18", "median_ms": 12.0}]}
+    summary = summarize(peers, torch)
+    rows = {r["model"]: r for r in summary["rows"]}
+    assert rows["resnet18"]["best"] == "rtask_wavefront" and rows["resnet18"]["ratio"] == 1.5
+    assert rows["vit_b_16"]["ratio"] == 0.5
+    assert math.isclose(summary["geomean_all"], math.sqrt(1.5 * 0.5))
+    assert summary["geomean_first_nine"] == 1.5  # vit_b_16 is not among the first nine
+    assert summary["slower_than_eager"] == ["resnet18"]  # 15 ms against eager's 12
+    assert "| resnet18 | 10.00 | - | 12.00 | 20.00 | 15.00 | 1.50x |" in markdown(
+        summary, peers, ["x.json"]
+    )
