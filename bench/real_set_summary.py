@@ -94,10 +94,14 @@ def markdown(summary: dict, peers: dict, sources: list[str]) -> str:
     def fmt(value):
         return f"{value:.2f}x" if value else "-"
 
+    if any("torch_eager" in row["ms"] for row in summary["rows"]):
+        eager = f"Slower than PyTorch eager: {summary['slower_than_eager'] or 'none'}."
+    else:
+        eager = "PyTorch eager: not in these files."
     lines.append(
         f"Geometric mean of best tvm-rtask / ONNX Runtime: {fmt(summary['geomean_all'])} over "
         f"all {len(summary['rows'])}, {fmt(summary['geomean_first_nine'])} over the issue's "
-        f"first nine. Slower than PyTorch eager: {summary['slower_than_eager'] or 'none'}."
+        f"first nine. {eager}"
     )
     return "\n".join(lines) + "\n"
 
