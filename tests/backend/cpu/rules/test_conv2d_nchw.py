@@ -27,7 +27,7 @@ from tvm_rtask.backend.cpu.rules import (
     vector_lanes,
 )
 from tvm_rtask.backend.cpu.rules.base import overlap_last_tile
-from tvm_rtask.backend.cpu.rules.conv2d_nchw import register_tile, width_tile
+from tvm_rtask.backend.cpu.rules.conv2d_nchw import _parallel_pixel_tile, register_tile, width_tile
 from tvm_rtask.backend.cpu.tuned import (
     chunk_count,
     is_tuned,
@@ -253,3 +253,25 @@ def test_backend_variants_come_from_the_rule(monkeypatch):
             assert (RULE_ATTR in func.attrs) == (flag == "1")
             assert int(func.attrs["rtask.num_rtasks"]) == kernel.num_rtasks
             np.testing.assert_allclose(run(func, args), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_1x1_channel_blocks_split_into_parallel_groups():
+    """232 channels in the best blocks of 8 are 29 blocks: one parallel group, one thread. A
+    block whose count splits in 4 (or 2) is taken while it keeps most FMAs per load."""
+
+    pixels = (196, 16)
+    best = register_tile(232, 12, 24, 16, 4, divides=False, pixels=pixels)
+    assert (232 // best[0]) % 2 == 1  # the unconstrained tile: an odd block count
+    fi, _ = _parallel_pixel_tile(232, 12, 24, 16, 4, pixels)
+    assert (232 // fi) % 2 == 0
+    assert _parallel_pixel_tile(256, 12, 24, 16, 4, pixels) == register_tile(
+        256, 12, 24, 16, 4, divides=False, pixels=pixels
+    )  # 256 channels already split: unchanged
+
+
+def test_1x1_convolution_with_an_odd_channel_count_runs_in_parallel():
+    func = fused_func(conv_module(24, 232, 14, 1, 1, 0))
+    scheduled = schedule_cpu_func(func, NATIVE)
+    assert scheduled is not None and outer_parallel_extent(scheduled) >= 2
+    args = random_args(func)
+    assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))

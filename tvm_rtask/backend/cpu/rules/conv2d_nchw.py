@@ -118,16 +118,19 @@ def register_tile(
     max_rows: int = 4,
     divides: bool = True,
     pixels: tuple[int, int] | None = None,
+    block_multiple: int = 1,
 ) -> tuple[int, int]:
     """``(FI, YR)``: divisors of the channels and the rows with ``FI * YR`` accumulator
     vectors within ``acc_vectors``, with the most FMAs per load (``FI*YR / (FI+YR)``); ties go
     to more channels (fewer padded input rows to make). ``pixels = (P, lanes)``: ``YR``
     vectors of ``lanes`` along a pixel axis of ``P`` whose last tile is shifted back, so
     ``ceil(P / (YR*lanes)) * YR*lanes`` pixels are computed: FMAs per load are divided by
-    that overcompute (49 pixels: 2 tiles of 3 vectors compute 96, 2 tiles of 2 compute 64)."""
+    that overcompute (49 pixels: 2 tiles of 3 vectors compute 96, 2 tiles of 2 compute 64).
+    ``block_multiple``: only ``FI`` whose block count ``channels / FI`` is a multiple of it
+    ((1, 1) when none is)."""
     best, best_key = (1, 1), (0.0, 0)
     for fi in range(1, min(channels, max_channel_block) + 1):
-        if channels % fi:
+        if channels % fi or (channels // fi) % block_multiple:
             continue
         for yr in range(1, min(rows, max_rows) + 1):
             if (divides and rows % yr) or fi * yr > acc_vectors:
@@ -139,6 +142,44 @@ def register_tile(
             key = (fi * yr / (fi + yr) / waste, fi)
             if key > best_key:
                 best, best_key = (fi, yr), key
+    return best
+
+
+def _tile_efficiency(fi: int, yr: int, pixels: tuple[int, int] | None) -> float:
+    """FMAs per load of an ``FI x YR`` tile, divided by the pixel overcompute."""
+    waste = 1.0
+    if pixels is not None:
+        tile = yr * pixels[1]
+        waste = -(-pixels[0] // tile) * tile / pixels[0]
+    return fi * yr / (fi + yr) / waste
+
+
+PARALLEL_TILE_KEEP = 0.6  # a tile that splits in parallel groups may lose this much
+
+
+def _parallel_pixel_tile(channels, rows, acc_vectors, max_block, max_rows, pixels):
+    """:func:`register_tile` for a 1x1 convolution, preferring a block count that splits in
+    4, then 2 parallel groups while the tile keeps :data:`PARALLEL_TILE_KEEP` of the best
+    tile's FMAs per load."""
+    best = register_tile(
+        channels, rows, acc_vectors, max_block, max_rows, divides=False, pixels=pixels
+    )
+    if (channels // best[0]) % 2 == 0:
+        return best
+    floor = PARALLEL_TILE_KEEP * _tile_efficiency(*best, pixels)
+    for multiple in (4, 2):
+        tile = register_tile(
+            channels,
+            rows,
+            acc_vectors,
+            max_block,
+            max_rows,
+            divides=False,
+            pixels=pixels,
+            block_multiple=multiple,
+        )
+        if (channels // tile[0]) % multiple == 0 and _tile_efficiency(*tile, pixels) >= floor:
+            return tile
     return best
 
 
@@ -254,15 +295,18 @@ class Conv2dNCHW(CPUScheduleRule):
             sch.reorder(y, x)
             x_ext = y_ext * x_ext
             xv = width_tile(x_ext, lanes)
-            # ``YR`` counts vectors along the pixel axis: any number that fits
-            fi_ext, yr_ext = register_tile(
+            # ``YR`` counts vectors along the pixel axis: any number that fits. The channel
+            # blocks are what runs in parallel (in 4 or 2 groups, pixels_outer below): a
+            # smaller block whose count splits in 4 or 2 is taken over the best tile when it
+            # keeps most of that tile's FMAs per load (232 channels in blocks of 8 are 29
+            # blocks: one thread)
+            fi_ext, yr_ext = _parallel_pixel_tile(
                 f_ext,
                 max(x_ext // xv, 1),
                 self.acc_vectors,
                 self.max_channel_block,
                 self.max_rows,
-                divides=False,
-                pixels=(x_ext, xv) if self.pixel_waste else None,
+                (x_ext, xv) if self.pixel_waste else None,
             )
             fo, fi = sch.split(f, [None, fi_ext])
             yo = y
