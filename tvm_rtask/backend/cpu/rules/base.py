@@ -165,6 +165,12 @@ def loop_var_of(sch: s_tir.Schedule, loop) -> tirx.Var:
     return sch.get(loop).loop_var
 
 
+def uses_any(expr, variables) -> bool:
+    """``expr`` reads one of ``variables`` (loop or block iterator variables)."""
+    free = tirx.analysis.undefined_vars(expr, [])
+    return any(v.same_as(u) for v in variables for u in free)
+
+
 def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent: int):
     """``func`` with the last tile of a split that does not divide ``extent`` shifted back to
     end at ``extent``: in every block binding ``tile_var * tile`` becomes ``min(tile_var *
@@ -194,7 +200,7 @@ def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent
         values = []
         for value in node.iter_values:
             value = tvm_ffi.structural_map(value, (tirx.Mul, mul))
-            if any(v.same_as(tile_var) for v in tirx.analysis.undefined_vars(value, [])):
+            if uses_any(value, [tile_var]):
                 failed.append(value)
             values.append(
                 tvm_ffi.structural_map(
@@ -202,7 +208,7 @@ def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent
                 )
             )
         predicate = node.predicate
-        if any(v.same_as(tile_var) for v in tirx.analysis.undefined_vars(predicate, [])):
+        if uses_any(predicate, [tile_var]):
             predicate = tirx.const(True, "bool")
         return s_tir.SBlockRealize(values, predicate, node.block)
 

@@ -135,11 +135,7 @@ def register_tile(
         for yr in range(1, min(rows, max_rows) + 1):
             if (divides and rows % yr) or fi * yr > acc_vectors:
                 continue
-            waste = 1.0
-            if pixels is not None:
-                tile = yr * pixels[1]
-                waste = -(-pixels[0] // tile) * tile / pixels[0]
-            key = (fi * yr / (fi + yr) / waste, fi)
+            key = (_tile_efficiency(fi, yr, pixels), fi)
             if key > best_key:
                 best, best_key = (fi, yr), key
     return best

@@ -2,8 +2,9 @@
 
 TVM 0.27 lowers ``T.exp`` for llvm to ``llvm.exp.v16f32``, which the x86 backend splits into
 16 calls of libm's ``expf``, and ``T.erf`` to scalar ``erff`` calls: a vectorised softmax or
-GELU epilogue still runs one transcendental call per element. :func:`vectorizable_math`
-rewrites both, in a PrimFunc a rule has scheduled, into polynomials of the classic forms:
+GELU epilogue still runs one transcendental call per element (``sigmoid`` and ``tanh`` go
+through ``llvm.exp`` too). :func:`vectorizable_math` rewrites all four, in a PrimFunc a rule
+has scheduled, into polynomials of the classic forms:
 
 - ``exp(x)``: ``x`` clamped to float32's range, ``n = round(x / ln 2)``,
   ``r = x - n ln 2`` (``ln 2`` split in two for accuracy), ``exp(r)`` by a degree-7
@@ -16,7 +17,7 @@ rewrites both, in a PrimFunc a rule has scheduled, into polynomials of the class
 - ``sigmoid(x)`` and ``tanh(x)`` (which TVM lowers through ``llvm.exp`` too) from that
   ``exp``: ``1 / (1 + exp(-x))`` and ``sign(x) (1 - exp(-2|x|)) / (1 + exp(-2|x|))``.
 
-Both stay within the numerics the project checks (relative error < 1e-4 against ONNX
+All stay within the numerics the project checks (relative error < 1e-4 against ONNX
 Runtime), on models whose activations stay alive.
 """
 

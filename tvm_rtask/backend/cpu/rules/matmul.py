@@ -47,13 +47,12 @@ def _packed_width(region, k, n) -> int | None:
     outer, inner = region[0].min, region[2].min
     if not (isinstance(outer, tirx.FloorDiv) and isinstance(inner, tirx.FloorMod)):
         return None
-    widths = {outer.b, inner.b}
-    if not (outer.a.same_as(n) and inner.a.same_as(n)) or len(widths) > 2:
+    if not (outer.a.same_as(n) and inner.a.same_as(n)):
         return None
-    if not all(isinstance(w, tirx.IntImm) for w in widths):
+    if not (isinstance(outer.b, tirx.IntImm) and isinstance(inner.b, tirx.IntImm)):
         return None
-    values = {int(w.value) for w in widths}
-    return values.pop() if len(values) == 1 else None
+    width = int(outer.b.value)
+    return width if int(inner.b.value) == width else None
 
 
 def _matmul_kn_width(sch: s_tir.Schedule, block) -> int | None:

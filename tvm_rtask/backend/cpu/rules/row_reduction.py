@@ -15,12 +15,7 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.cpu import Reduction
 from tvm.target import Target
 
-from .base import CPUScheduleRule
-
-
-def _uses(expr, variables) -> bool:
-    found = tirx.analysis.undefined_vars(expr, [])
-    return any(v.same_as(u) for v in variables for u in found)
+from .base import CPUScheduleRule, uses_any
 
 
 class RowReduction(CPUScheduleRule):
@@ -47,7 +42,7 @@ class RowReduction(CPUScheduleRule):
             reduced = {
                 read.source.name
                 for read in stmt.reads
-                if any(_uses(r.min, axes) for r in read.region)
+                if any(uses_any(r.min, axes) for r in read.region)
             }
             if len(reduced) != 1:
                 return None
