@@ -18,6 +18,7 @@ from ....records import TUNED_ATTR
 from ....tir.rules import try_rules
 from .base import CPUScheduleRule, vector_lanes
 from .conv2d_nchw import Conv2dNCHW
+from .conv2d_packed import Conv2dPackedNCHW
 from .fast_math import vectorizable_math
 from .matmul import MatmulKN
 from .pool2d_nchw import Pool2dNCHW
@@ -29,6 +30,7 @@ __all__ = [
     "RULE_ATTR",
     "CPUScheduleRule",
     "Conv2dNCHW",
+    "Conv2dPackedNCHW",
     "MatmulKN",
     "Pool2dNCHW",
     "RowReduction",
@@ -44,7 +46,7 @@ def default_rules() -> list[CPUScheduleRule]:
     """Convolutions, matrix products, then row reductions (softmax, layer norm: TVM's
     ``dlight.cpu.Reduction``). Pool2dNCHW measured slower than the unscheduled TIR: not a
     default rule."""
-    return [Conv2dNCHW(), MatmulKN(), RowReduction()]
+    return [Conv2dPackedNCHW(), Conv2dNCHW(), MatmulKN(), RowReduction()]
 
 
 def schedule_cpu_func(

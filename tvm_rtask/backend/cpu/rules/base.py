@@ -57,6 +57,12 @@ def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
     return max(bits // dtype_bits, 1)
 
 
+def vector_registers(target: Target) -> int:
+    """Vector registers of the target: 32 with AVX-512 (``zmm0-31``), else 16 (AVX2's
+    ``ymm0-15``, SSE's and NEON's own sixteen or more: 16 is the safe count)."""
+    return 32 if vector_lanes(target) * 32 >= 512 else 16
+
+
 def is_copy(sch: s_tir.Schedule, block) -> bool:
     """The block stores a plain load of another buffer (a padding block without padding)."""
     stmt = sch.get(block)

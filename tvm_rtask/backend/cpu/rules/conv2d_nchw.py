@@ -179,7 +179,7 @@ def _parallel_pixel_tile(channels, rows, acc_vectors, max_block, max_rows, pixel
     return best
 
 
-def _tail_in_tile(sch: s_tir.Schedule, tail, par, lanes: int) -> bool:
+def tail_in_tile(sch: s_tir.Schedule, tail, par, lanes: int) -> bool:
     """The epilogue left after the write-back (``epilogue_tail``: e.g. the multiply by a
     squeeze-and-excitation scale, read at ``[n, c, 0, 0]`` and broadcast over the pixels)
     computed in the parallel tile that makes its input. Its pixel loops (the last two) are
@@ -370,7 +370,7 @@ class Conv2dNCHW(CPUScheduleRule):
         par = sch.fuse(*outer[:3]) if rows_made and self.pad_once else sch.fuse(*outer)
         for pad in pads:
             sch.compute_at(pad, par, preserve_unit_loops=True)
-        if tail is not None and not _tail_in_tile(sch, tail, par, lanes):
+        if tail is not None and not tail_in_tile(sch, tail, par, lanes):
             return None
         # vectorize and parallelize before decompose_reduction: TVM 0.27 refuses to vectorize
         # or parallelize a loop over the update block once its init is split off ("does not

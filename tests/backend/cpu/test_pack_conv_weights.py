@@ -1,0 +1,211 @@
+"""PackConvWeights and Conv2dPackedNCHW: constant convolution weights as output-channel
+panels, scheduled with vectors along the channels; numerics against TVM's own build of the
+unpacked convolution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_rtask
+from tests.backend.cpu.rules.common import LLVM, NATIVE, assert_close, run
+from tvm_rtask.backend.cpu.pack_conv_weights import (
+    PACKED_NAME,
+    PackConvWeights,
+    channel_panel,
+    pack_weight,
+)
+from tvm_rtask.backend.cpu.rules import RULE_ATTR, Conv2dPackedNCHW, schedule_cpu_func
+from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
+from tvm_rtask.backend.cpu.rules.conv2d_packed import pixel_tile
+from tvm_rtask.relax_passes import prepare_pipeline
+
+
+def _module(cin, cout, hw, kernel, stride=(1, 1), pad=(0, 0), dilation=(1, 1), groups=1):
+    """conv2d with a constant weight + bias + relu; the bias keeps about half of the
+    outputs positive, so a wrong convolution cannot hide behind zeros."""
+    rng = np.random.default_rng(0)
+    kh, kw = kernel
+    weight = rng.standard_normal((cout, cin // groups, kh, kw)) / np.sqrt(cin * kh * kw / groups)
+    bias = rng.standard_normal((1, cout, 1, 1)) * 0.5
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, cin, *hw), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(
+                relax.op.nn.conv2d(
+                    x,
+                    relax.const(weight.astype("float32")),
+                    strides=stride,
+                    padding=pad,
+                    dilation=dilation,
+                    groups=groups,
+                )
+            )
+            y = bb.emit(relax.op.add(y, relax.const(bias.astype("float32"))))
+            out = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _tir_calls(mod) -> list[str]:
+    names = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            names.append(
+                expr.args[0].name_hint if expr.op.name == "relax.call_tir" else expr.op.name
+            )
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return names
+
+
+def _packed_func(mod, target):
+    """The fused PrimFunc of ``mod`` after PackConvWeights for ``target``."""
+    return _fused(PackConvWeights(vector_lanes(target), vector_registers(target))(mod))
+
+
+def _fused(packed):
+    fused = prepare_pipeline()(packed)
+    (name,) = [g.name_hint for g in fused.get_global_vars() if g.name_hint != "main"]
+    return fused[name]
+
+
+def _reference(mod, x):
+    """TVM's own build of the unpacked module."""
+    ex = tvm.compile(mod, LLVM)
+    return relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_pack_weight_puts_each_panel_contiguous():
+    weight = np.arange(8 * 3 * 2 * 2, dtype="float32").reshape(8, 3, 2, 2)
+    packed = pack_weight(weight, 4)
+    assert packed.shape == (2, 3, 2, 2, 4) and packed.flags["C_CONTIGUOUS"]
+    for f in range(8):
+        assert np.array_equal(packed[f // 4, :, :, :, f % 4], weight[f])
+
+
+@pytest.mark.parametrize(
+    "channels, lanes, registers, width",
+    [
+        (384, 16, 32, 64),  # AVX-512: up to four vectors
+        (96, 16, 32, 32),
+        (80, 16, 32, 16),
+        (384, 8, 16, 16),  # AVX2: at most two vectors, room for the columns
+        (24, 8, 16, 8),
+        (1000, 16, 32, None),
+    ],
+)
+def test_channel_panel_is_the_widest_that_divides_within_the_registers(
+    channels, lanes, registers, width
+):
+    assert channel_panel(channels, lanes, registers) == width
+
+
+@pytest.mark.parametrize("vectors, registers", [(4, 32), (2, 32), (1, 32), (2, 16), (1, 16)])
+@pytest.mark.parametrize("width", [1, 5, 17, 35, 147])
+def test_pixel_tile_fits_the_registers_and_the_row(vectors, registers, width):
+    cols = pixel_tile(width, vectors, registers, acc_vectors=20, max_cols=8)
+    assert 1 <= cols <= min(width, 8)
+    assert cols * vectors + vectors + 1 <= registers
+
+
+def test_spatial_convolutions_become_packed_calls_and_the_others_stay():
+    lanes, registers = 16, 32
+    packed = PackConvWeights(lanes, registers)(_module(16, 32, (9, 9), (3, 3), pad=(1, 1)))
+    assert PACKED_NAME in _tir_calls(packed) and "relax.nn.conv2d" not in _tir_calls(packed)
+    for kept in (
+        _module(16, 32, (9, 9), (1, 1)),  # 1x1: a GEMM for Conv2dNCHW
+        _module(16, 32, (9, 9), (3, 3), groups=2),  # grouped
+        _module(16, 24, (9, 9), (3, 3)),  # channels not a multiple of the lanes
+    ):
+        assert "relax.nn.conv2d" in _tir_calls(PackConvWeights(lanes, registers)(kept))
+
+
+CASES = {
+    # name: (cin, cout, (h, w), kernel, stride, pad (top, left, bottom, right), dilation)
+    "3x3_pad1_17": (16, 32, (17, 17), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3_s2_valid": (24, 64, (35, 35), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),
+    "1x7": (16, 32, (17, 17), (1, 7), (1, 1), (0, 3, 0, 3), (1, 1)),
+    "7x1": (16, 32, (17, 17), (7, 1), (1, 1), (3, 0, 3, 0), (1, 1)),
+    "5x5_pad2": (8, 16, (13, 11), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    "3x3_dilated": (8, 16, (15, 15), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),
+    "3x3_narrow": (8, 64, (5, 3), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # row < a tile
+    "3x3_asymmetric_pad": (8, 16, (16, 16), (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_packed_convolution_matches_tvms_build(case, target):
+    cin, cout, hw, kernel, stride, pad, dilation = CASES[case]
+    mod = _module(cin, cout, hw, kernel, stride, pad, dilation)
+    func = _packed_func(mod, target)
+    scheduled = schedule_cpu_func(func, target)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "Conv2dPackedNCHW"
+    x = np.random.default_rng(1).standard_normal((1, cin, *hw)).astype("float32")
+    expected = _reference(mod, x)
+    # the comparison means something: a good share of the outputs alive and large
+    assert np.mean(expected > 0) > 0.2 and np.abs(expected).max() > 0.5
+    weights = [p for p in func.params[1:-1]]
+    args = [x]
+    # the fused PrimFunc's constants: the packed weight and the bias, as the pass made them
+    packed = PackConvWeights(vector_lanes(target), vector_registers(target))(mod)
+    consts = []
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.expr.Constant) and hasattr(expr.value, "numpy"):
+            consts.append(expr.value.numpy())
+
+    relax.analysis.post_order_visit(packed["main"].body, visit)
+    by_rank = {c.ndim: c for c in consts}
+    args += [by_rank[len(w.ty.shape)] for w in weights]
+    args.append(np.zeros(expected.shape, "float32"))
+    assert_close(run(scheduled, args, target), expected)
+
+
+def test_panels_narrower_than_the_vectors_are_scheduled_with_their_width():
+    """Weights packed for AVX2 (8-channel panels), scheduled for a wider CPU: one vector of
+    eight lanes a panel, not a convolution left unscheduled."""
+    packed = PackConvWeights(8, 16)(_module(8, 24, (11, 11), (5, 5), pad=(2, 2)))
+    func = _fused(packed)
+    assert Conv2dPackedNCHW().apply(func, NATIVE, False) is not None
+
+
+def test_the_rule_leaves_unpacked_convolutions_to_the_next_rule():
+    mod = prepare_pipeline()(_module(16, 32, (9, 9), (3, 3), pad=(1, 1)))
+    (name,) = [g.name_hint for g in mod.get_global_vars() if g.name_hint != "main"]
+    assert Conv2dPackedNCHW().apply(mod[name], NATIVE, False) is None
+    assert str(schedule_cpu_func(mod[name], NATIVE).attrs[RULE_ATTR]) == "Conv2dNCHW"
+
+
+@pytest.mark.parametrize("policy", ["sequential", "wavefront"])
+def test_compiled_model_with_packed_convolutions_matches_tvm(policy):
+    """Two packed convolutions and a 1x1 one through the whole pipeline (cut into rTasks
+    along the rule's parallel loop), against TVM's build."""
+    rng = np.random.default_rng(2)
+
+    def const(*shape, scale=1.0):
+        return relax.const((rng.standard_normal(shape) * scale).astype("float32"))
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 19, 19), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.conv2d(x, const(32, 8, 3, 3, scale=0.3), padding=(1, 1)))
+            a = bb.emit(relax.op.nn.relu(relax.op.add(a, const(1, 32, 1, 1))))
+            b = bb.emit(relax.op.nn.conv2d(a, const(32, 32, 1, 7, scale=0.1), padding=(0, 3)))
+            c = bb.emit(relax.op.nn.conv2d(a, const(16, 32, 1, 1, scale=0.2)))
+            b = bb.emit(relax.op.nn.relu(relax.op.add(b, const(1, 32, 1, 1))))
+            out = bb.emit_output(relax.op.concat([b, c], axis=1))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    data = rng.standard_normal((1, 8, 19, 19)).astype("float32")
+    expected = _reference(mod, data)
+    assert np.mean(expected > 0) > 0.2
+    ex = tvm_rtask.compile(mod, "llvm-native", policy=policy, db=False)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+    assert_close(got, expected)

@@ -1,0 +1,152 @@
+"""Constant convolution weights packed into output-channel panels at compile time (CPU).
+
+``Conv2dNCHW`` vectorises a convolution along the output columns: a row of 17 columns
+(Inception v3's 17x17 layers) fills two 16-lane vectors with 17 useful lanes, a row of 35
+three with 35, and a strided row gathers its input lane by lane. Those layers ran at about
+half the FLOP rate of the others (docs/kernel-quality.md, "Output-channel vectors").
+
+:class:`PackConvWeights` rewrites ``conv2d(x, W)`` (NCHW data, OIHW constant float32 weight,
+one group, a spatial kernel) whose output channels are a multiple of ``T`` into a call of the
+PrimFunc ``conv2d_packed(x, Wp)`` with ``Wp[f // T, c, i, j, f % T] = W[f, c, i, j]``, computed
+once here (numpy). A panel of ``T`` output channels at one ``(c, i, j)`` is then ``T``
+contiguous floats: the rule ``Conv2dPackedNCHW`` vectorises along them (every lane useful
+whatever the row width or stride) and broadcasts one input value to each. ``T`` is four,
+two or one vectors of the target, the most that divides the channels within a quarter of
+the vector registers (four on AVX-512, two on AVX2). The products are summed in the same
+order as the unpacked convolution's, so outputs agree to rounding of the accumulation order
+of the rule that schedules them.
+
+1x1 convolutions stay with ``Conv2dNCHW``, which runs them as GEMMs over the pixel axis
+(whole vectors for any shape). The pass runs in RTaskPrepare as the llvm backend's own pass
+(``CPUBackend.prepare_passes``), before legalization; the call carries ``op_pattern`` 4, so
+the bias add and activation still fuse into it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te, topi
+
+from ...relax_exprs import bound_value, op_name, static_shape_of
+
+PACKED_NAME = "conv2d_packed"
+OUT_EWISE_FUSABLE = 4  # tvm.relax's OpPatternKind.kOutEWiseFusable
+
+
+def channel_panel(channels: int, lanes: int, registers: int) -> int | None:
+    """Output channels per panel: 4, 2 or 1 vectors of ``lanes`` (at most ``registers / 8``
+    vectors, so that a register tile keeps room for pixels), the widest that divides
+    ``channels``; None when none does."""
+    for vectors in (4, 2, 1):
+        width = vectors * lanes
+        if vectors * 8 <= registers and channels % width == 0:
+            return width
+    return None
+
+
+def pack_weight(weight: np.ndarray, width: int) -> np.ndarray:
+    """``W[f, c, i, j]`` as ``Wp[f // width, c, i, j, f % width]`` (contiguous)."""
+    f, c, kh, kw = weight.shape
+    return np.ascontiguousarray(
+        weight.reshape(f // width, width, c, kh, kw).transpose(0, 2, 3, 4, 1)
+    )
+
+
+def _conv2d_packed(x: te.Tensor, packed: te.Tensor, strides, padding, dilation) -> te.Tensor:
+    n, _, h, w = (int(d) for d in x.shape)
+    blocks, c_extent, kh, kw, width = (int(d) for d in packed.shape)
+    (sh, sw), (dh, dw) = strides, dilation
+    top, left, bottom, right = padding
+    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    if any(padding):
+        x = topi.nn.pad(x, [0, 0, top, left], [0, 0, bottom, right], name="pad_temp")
+    rc = te.reduce_axis((0, c_extent), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    return te.compute(
+        (n, blocks * width, out_h, out_w),
+        lambda b, f, y, xx: te.sum(
+            x[b, rc, y * sh + ry * dh, xx * sw + rx * dw]
+            * packed[f // width, rc, ry, rx, f % width],
+            axis=[rc, ry, rx],
+        ),
+        name="conv2d_packed",
+    )
+
+
+def _ints(values) -> list[int]:
+    return [int(v) for v in values]
+
+
+@relax.expr_functor.mutator
+class _Rewriter(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, lanes: int, registers: int) -> None:
+        super().__init__(mod)
+        self.lanes = lanes
+        self.registers = registers
+
+    def _constant_weight(self, expr) -> np.ndarray | None:
+        expr = bound_value(self, expr)
+        if not isinstance(expr, tvm.ir.expr.Constant):
+            return None
+        value = expr.value.numpy()
+        return value if value.ndim == 4 and value.dtype == np.float32 else None
+
+    def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
+        call = self.visit_expr_post_order(call)
+        if op_name(call) != "relax.nn.conv2d":
+            return call
+        attrs = call.attrs
+        if (
+            str(attrs.data_layout) != "NCHW"
+            or str(attrs.kernel_layout) != "OIHW"
+            or str(attrs.out_layout) not in ("NCHW", "")
+            or int(attrs.groups) != 1
+            or str(attrs.out_dtype) not in ("", "None", "float32")
+        ):
+            return call
+        x, w = call.args
+        x_shape = static_shape_of(x)
+        if x_shape is None or len(x_shape) != 4 or str(x.ty.dtype) != "float32":
+            return call
+        weight = self._constant_weight(w)
+        if weight is None or weight.shape[1] != x_shape[1]:
+            return call
+        if weight.shape[2] * weight.shape[3] == 1:  # 1x1: a GEMM for Conv2dNCHW
+            return call
+        width = channel_panel(weight.shape[0], self.lanes, self.registers)
+        if width is None:
+            return call
+        padding = _ints(attrs.padding)
+        if len(padding) == 2:
+            padding = padding * 2
+        return self.builder_.call_te(
+            _conv2d_packed,
+            x,
+            relax.const(pack_weight(weight, width)),
+            _ints(attrs.strides),
+            padding,
+            _ints(attrs.dilation),
+            primfunc_name_hint=PACKED_NAME,
+            primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
+        )
+
+
+@tvm.transform.module_pass(opt_level=0, name="PackConvWeights")
+class PackConvWeights:
+    """Pack every eligible constant convolution weight into output-channel panels (see the
+    module docstring); ``lanes``: float32 lanes of the target's vectors, ``registers``: its
+    vector registers."""
+
+    def __init__(self, lanes: int, registers: int) -> None:
+        self.lanes = lanes
+        self.registers = registers
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        rewriter = _Rewriter(mod, self.lanes, self.registers)
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+        return rewriter.builder_.finalize()

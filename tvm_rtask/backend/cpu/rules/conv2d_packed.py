@@ -1,0 +1,152 @@
+"""NCHW convolution with output-channel panels (``conv2d_packed``, made by
+``backend/cpu/pack_conv_weights.py``): vectors along the output channels, so every lane is
+useful whatever the row width and the stride.
+
+Schedule (per register tile of ``T`` channels = ``NC`` vectors x ``P`` output columns)::
+
+    for p in T.parallel(N * F/T * H):        # n, f_o, y fused: the rTask loop
+        pad the input rows of output row y   # only when the padding block really pads
+        for x_o in range(ceil(W / P)):       # last tile shifted back to end at W
+            acc[NC, P, lanes] = 0            # register tile
+            for rc, ry, rx:
+                for v in unroll(NC):                     # one panel load per vector
+                    for x_i in unroll(P):                # one broadcast input per column
+                        for f_l in vectorized(lanes):
+                            acc[v, x_i, f_l] += in[rc, y*s + ry, (x_o*P + x_i)*s + rx]
+                                                * Wp[f_o, rc, ry, rx, v*lanes + f_l]
+            for x_i, v: out[f, y, x] = relu(acc + bias)  # channel vectors, epilogue inlined
+
+Every step of the reduction loads ``NC`` weight vectors (contiguous: the panel) and ``P``
+input values (broadcast) for ``NC * P`` FMAs. ``P`` is chosen with the registers left after
+the weights, to waste the fewest columns of the row (the last tile overlaps the one before
+it, as in ``Conv2dNCHW``). Returns None for anything but a ``conv2d_packed``-shaped block.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_sblock_info
+from tvm.target import Target
+
+from .base import (
+    CPUScheduleRule,
+    epilogue_tail,
+    float32_reduction,
+    loop_var_of,
+    overlap_last_tile,
+    split_producers,
+    vector_lanes,
+    vector_registers,
+)
+from .conv2d_nchw import tail_in_tile
+
+
+def _panel_width(sch: s_tir.Schedule, block) -> int | None:
+    """``T`` when ``block`` is a packed convolution: ``SSSSRRR``, writing ``[n, f, y, x]``
+    and reading a 5-D weight whose last axis is ``T`` wide."""
+    if get_sblock_info(sch, block).dom_kind() != "SSSSRRR":
+        return None
+    stmt = sch.get(block)
+    if len(stmt.writes) != 1:
+        return None
+    ivars = [iv.var for iv in stmt.iter_vars]
+    out = stmt.writes[0].region
+    if len(out) != 4 or not all(r.min.same_as(v) for r, v in zip(out, ivars[:4], strict=True)):
+        return None
+    for read in stmt.reads:
+        shape = read.source.shape
+        if len(shape) == 5 and isinstance(shape[4], tirx.IntImm):
+            return int(shape[4].value)
+    return None
+
+
+def pixel_tile(width: int, vectors: int, registers: int, acc_vectors: int, max_cols: int) -> int:
+    """Output columns of one register tile: at most ``max_cols`` and ``acc_vectors``
+    accumulators (``vectors`` per column), and those, the weight vectors and one broadcast
+    within ``registers``; with the most FMAs per load divided by the columns the shifted
+    last tile computes twice; ties go to wider tiles."""
+    most = max(1, min(max_cols, min(acc_vectors, registers - vectors - 2) // vectors))
+    best, best_key = 1, (0.0, 0)
+    for cols in range(1, min(most, width) + 1):
+        computed = -(-width // cols) * cols
+        key = (vectors * cols / (vectors + cols) * width / computed, cols)
+        if key > best_key:
+            best, best_key = cols, key
+    return best
+
+
+class Conv2dPackedNCHW(CPUScheduleRule):
+    """Output-channel-vectorised direct convolution over packed weights; see the module
+    docstring. ``acc_vectors``: the most accumulator vectors of a tile (with AVX2's 16
+    registers, fewer: what is left after the weights and the broadcast); ``max_cols``: the
+    most columns (with a 3-wide kernel unrolled, LLVM keeps the broadcasts of neighbouring
+    columns alive across it: 12 columns of 2 vectors ran 1.9x slower than 8);
+    ``max_unroll_rx``: kernel widths up to this are unrolled."""
+
+    def __init__(self, acc_vectors: int = 20, max_cols: int = 8, max_unroll_rx: int = 7):
+        self.acc_vectors = acc_vectors
+        self.max_cols = max_cols
+        self.max_unroll_rx = max_unroll_rx
+
+    def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
+        width = [None]
+
+        def matches(sch, block):
+            width[0] = _panel_width(sch, block)
+            return width[0] is not None
+
+        found = float32_reduction(self, func, target, matches)
+        if found is None:
+            return None
+        sch, conv, (n, f, y, x, rc, ry, rx), extents = found
+        panel = width[0]
+        # vectors of the target's lanes; of the panel's width when it is narrower (weights
+        # packed for AVX2 scheduled for AVX-512)
+        lanes = math.gcd(panel, vector_lanes(target))
+        pads = split_producers(sch, conv)
+        if pads is None:
+            return None
+        x_ext, rx_ext = extents[3], extents[6]
+        vectors = panel // lanes
+        cols = pixel_tile(x_ext, vectors, vector_registers(target), self.acc_vectors, self.max_cols)
+        fo, fin = sch.split(f, [None, panel])
+        fv, fl = sch.split(fin, [vectors, lanes])
+        xo, xi = sch.split(x, [None, cols])
+        sch.reorder(n, fo, y, xo, rc, ry, rx, fv, xi, fl)
+        acc = sch.cache_write(conv, 0, "local")
+        # channels innermost in the accumulator, as in the vectors (else a strided gather)
+        sch.transform_layout(conv, ("write", 0), lambda n_, f_, y_, x_: (n_, y_, x_, f_))
+        handled, tail = epilogue_tail(sch, acc)
+        if not handled:
+            return None
+        sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
+        par = sch.fuse(n, fo, y)
+        for pad in pads:
+            sch.compute_at(pad, par, preserve_unit_loops=True)
+        if tail is not None and not tail_in_tile(sch, tail, par, lanes):
+            return None
+        # the write-back in channel vectors: bias loads and the activation vectorise, the
+        # stores go to one column of F/T rows each
+        wf, wy, wx = sch.get_loops(acc)[-3:]
+        sch.reorder(wy, wx, wf)
+        wv, wl = sch.split(wf, [vectors, lanes])
+        sch.vectorize(wl)
+        sch.unroll(wv)
+        sch.unroll(wx)
+        # vectorize and parallelize before decompose_reduction (see conv2d_nchw)
+        sch.vectorize(fl)
+        sch.unroll(fv)
+        sch.unroll(xi)
+        if rx_ext <= self.max_unroll_rx:
+            sch.unroll(rx)
+        sch.parallel(par)
+        init = sch.decompose_reduction(conv, rc)
+        iv, ix, il = sch.get_loops(init)[-3:]
+        sch.vectorize(il)
+        sch.unroll(iv)
+        sch.unroll(ix)
+        if x_ext % cols == 0:
+            return sch
+        return overlap_last_tile(sch.mod["main"], loop_var_of(sch, xo), cols, x_ext)
