@@ -156,24 +156,40 @@ def test_grouped_and_depthwise_convolutions(case):
         assert_close(run(scheduled, args, target), run(func, args, target))
 
 
-def test_pool_rule_matches_unscheduled_build():
-    """Pool2dNCHW is not a default rule (measured slower), but must stay correct."""
-    for pool in (
-        lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=2),
-        lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=1, padding=1),
-        lambda x: relax.op.nn.avg_pool2d(x, pool_size=3, strides=1, padding=1),
-    ):
-        bb = relax.BlockBuilder()
-        x = relax.Var("x", relax.TensorType((1, 8, 27, 27), "float32"))
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                out = bb.emit_output(bb.emit(pool(x)))
-            bb.emit_func_output(out)
-        func = fused_func(bb.get())
-        scheduled = schedule_cpu_func(func, LLVM, [Pool2dNCHW()])
-        assert scheduled is not None
-        args = random_args(func)
-        assert_close(run(scheduled, args), run(func, args))
+@pytest.mark.parametrize(
+    "size, pool, scheduled_natively",
+    [
+        (71, lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=2), True),  # 35 columns
+        (27, lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=1, padding=1), True),
+        (27, lambda x: relax.op.nn.avg_pool2d(x, pool_size=3, strides=1, padding=1), True),
+        (27, lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=2, padding=1), True),
+        # strided, unpadded, narrower than two vectors: left unscheduled
+        (27, lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=2), False),
+        (
+            28,
+            lambda x: relax.op.nn.max_pool2d(x, pool_size=3, strides=2, ceil_mode=True),
+            True,
+        ),
+    ],
+)
+def test_pool_rule_matches_unscheduled_build(size, pool, scheduled_natively):
+    """Pool2dNCHW (a default rule, after the row reductions) against the unscheduled TIR:
+    one channel a parallel iteration, strided columns de-interleaved."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, size, size), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(pool(x)))
+        bb.emit_func_output(out)
+    func = fused_func(bb.get())
+    scheduled = schedule_cpu_func(func, NATIVE)
+    assert (scheduled is not None) == scheduled_natively
+    if scheduled is None:
+        return
+    assert str(scheduled.attrs[RULE_ATTR]) == "Pool2dNCHW"
+    args = random_args(func)
+    assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))
+    assert_close(run(schedule_cpu_func(func, LLVM, [Pool2dNCHW()]), args), run(func, args))
 
 
 def test_vector_lanes_and_tiles():
