@@ -1,11 +1,15 @@
 """Small questions about Relax expressions that passes in several packages ask (the
-``relax_passes`` rewrites and a backend's own Relax passes): no tvm_rtask imports, so any
-layer may use it."""
+``relax_passes`` rewrites and a backend's own Relax passes), and the loop every such rewrite
+runs: no tvm_rtask imports, so any layer may use it."""
 
 from __future__ import annotations
 
 import tvm
 from tvm import relax
+
+# TVM's OpPatternKind.kOutEWiseFusable: a call that elementwise consumers fuse into (a
+# rewrite's call_te of a matmul or convolution keeps its bias and activation fused)
+OUT_EWISE_FUSABLE = 4
 
 
 def op_name(expr) -> str | None:
@@ -33,3 +37,12 @@ def bound_value(mutator: relax.PyExprMutator, expr):
         if value is not None:
             return value
     return expr
+
+
+def rewrite_functions(mod: tvm.IRModule, rewriter: relax.PyExprMutator) -> tvm.IRModule:
+    """``mod`` with every Relax function visited by ``rewriter`` (a mutator made for
+    ``mod``), and what its builder added (``call_te`` PrimFuncs)."""
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+    return rewriter.builder_.finalize()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..relax_exprs import bound_value, op_name, static_shape_of
+from ..relax_exprs import bound_value, op_name, rewrite_functions, static_shape_of
 
 
 @relax.expr_functor.mutator
@@ -73,8 +73,4 @@ class StackedSumToAdd:
     module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        rewriter = _Rewriter(mod)
-        for gv, func in mod.functions.items():
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-        return rewriter.builder_.finalize()
+        return rewrite_functions(mod, _Rewriter(mod))

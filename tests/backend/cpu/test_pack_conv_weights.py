@@ -10,7 +10,14 @@ import tvm
 from tvm import relax
 
 import tvm_rtask
-from tests.backend.cpu.rules.common import LLVM, NATIVE, assert_close, run
+from tests.backend.cpu.rules.common import (
+    LLVM,
+    NATIVE,
+    assert_close,
+    called_names,
+    fused_func,
+    run,
+)
 from tvm_rtask.backend.cpu.pack_conv_weights import (
     PACKED_NAME,
     PackConvWeights,
@@ -20,7 +27,6 @@ from tvm_rtask.backend.cpu.pack_conv_weights import (
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, Conv2dPackedNCHW, schedule_cpu_func
 from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
 from tvm_rtask.backend.cpu.rules.conv2d_packed import pixel_tile
-from tvm_rtask.relax_passes import prepare_pipeline
 
 
 def _module(cin, cout, hw, kernel, stride=(1, 1), pad=(0, 0), dilation=(1, 1), groups=1):
@@ -50,28 +56,9 @@ def _module(cin, cout, hw, kernel, stride=(1, 1), pad=(0, 0), dilation=(1, 1), g
     return bb.get()
 
 
-def _tir_calls(mod) -> list[str]:
-    names = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            names.append(
-                expr.args[0].name_hint if expr.op.name == "relax.call_tir" else expr.op.name
-            )
-
-    relax.analysis.post_order_visit(mod["main"].body, visit)
-    return names
-
-
 def _packed_func(mod, target):
     """The fused PrimFunc of ``mod`` after PackConvWeights for ``target``."""
-    return _fused(PackConvWeights(vector_lanes(target), vector_registers(target))(mod))
-
-
-def _fused(packed):
-    fused = prepare_pipeline()(packed)
-    (name,) = [g.name_hint for g in fused.get_global_vars() if g.name_hint != "main"]
-    return fused[name]
+    return fused_func(PackConvWeights(vector_lanes(target), vector_registers(target))(mod))
 
 
 def _reference(mod, x):
@@ -116,13 +103,13 @@ def test_pixel_tile_fits_the_registers_and_the_row(vectors, registers, width):
 def test_spatial_convolutions_become_packed_calls_and_the_others_stay():
     lanes, registers = 16, 32
     packed = PackConvWeights(lanes, registers)(_module(16, 32, (9, 9), (3, 3), pad=(1, 1)))
-    assert PACKED_NAME in _tir_calls(packed) and "relax.nn.conv2d" not in _tir_calls(packed)
+    assert PACKED_NAME in called_names(packed) and "relax.nn.conv2d" not in called_names(packed)
     for kept in (
         _module(16, 32, (9, 9), (1, 1)),  # 1x1: a GEMM for Conv2dNCHW
         _module(16, 32, (9, 9), (3, 3), groups=2),  # grouped
         _module(16, 24, (9, 9), (3, 3)),  # channels not a multiple of the lanes
     ):
-        assert "relax.nn.conv2d" in _tir_calls(PackConvWeights(lanes, registers)(kept))
+        assert "relax.nn.conv2d" in called_names(PackConvWeights(lanes, registers)(kept))
 
 
 CASES = {
@@ -171,15 +158,14 @@ def test_panels_narrower_than_the_vectors_are_scheduled_with_their_width():
     """Weights packed for AVX2 (8-channel panels), scheduled for a wider CPU: one vector of
     eight lanes a panel, not a convolution left unscheduled."""
     packed = PackConvWeights(8, 16)(_module(8, 24, (11, 11), (5, 5), pad=(2, 2)))
-    func = _fused(packed)
+    func = fused_func(packed)
     assert Conv2dPackedNCHW().apply(func, NATIVE, False) is not None
 
 
 def test_the_rule_leaves_unpacked_convolutions_to_the_next_rule():
-    mod = prepare_pipeline()(_module(16, 32, (9, 9), (3, 3), pad=(1, 1)))
-    (name,) = [g.name_hint for g in mod.get_global_vars() if g.name_hint != "main"]
-    assert Conv2dPackedNCHW().apply(mod[name], NATIVE, False) is None
-    assert str(schedule_cpu_func(mod[name], NATIVE).attrs[RULE_ATTR]) == "Conv2dNCHW"
+    func = fused_func(_module(16, 32, (9, 9), (3, 3), pad=(1, 1)))
+    assert Conv2dPackedNCHW().apply(func, NATIVE, False) is None
+    assert str(schedule_cpu_func(func, NATIVE).attrs[RULE_ATTR]) == "Conv2dNCHW"
 
 
 @pytest.mark.parametrize("policy", ["sequential", "wavefront"])

@@ -7,6 +7,7 @@ import pytest
 import tvm
 from tvm import relax
 
+from tests.backend.cpu.rules.common import called_names
 from tvm_rtask.backend.cpu.pack_matmul_weights import (
     PACKED_NAME,
     PackMatmulWeights,
@@ -38,20 +39,6 @@ def _module(x_shape, weight, transposed=False, weight_param=False):
     return bb.get()
 
 
-def _calls(mod) -> list[str]:
-    names = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            if expr.op.name == "relax.call_tir":
-                names.append(expr.args[0].name_hint)
-            else:
-                names.append(expr.op.name)
-
-    relax.analysis.post_order_visit(mod["main"].body, visit)
-    return names
-
-
 def test_pack_weight_puts_each_panel_contiguous():
     weight = np.arange(6 * 12, dtype="float32").reshape(6, 12)
     packed = pack_weight(weight, 4)
@@ -70,10 +57,10 @@ def test_panel_width_is_the_widest_of_four_two_or_one_vectors(n, lanes, width):
 
 
 @pytest.mark.parametrize("transposed", [False, True], ids=["kn", "gemm_transb"])
-def test_constant_weights_become_packed_calls(transposed):
+def test_constant_weights_become_packedcalled_names(transposed):
     weight = np.random.default_rng(0).standard_normal((32, 128)).astype("float32")
     mod = PackMatmulWeights(16)(_module((1, 13, 32), weight, transposed))
-    calls = _calls(mod)
+    calls = called_names(mod)
     assert PACKED_NAME in calls and "relax.matmul" not in calls
     (call,) = [
         b.value
@@ -95,7 +82,7 @@ def test_constant_weights_become_packed_calls(transposed):
 def test_weights_it_cannot_or_need_not_pack_are_left_alone(x_shape, weight_shape, weight_param):
     weight = np.ones(weight_shape, "float32")
     mod = _module(x_shape, weight, weight_param=weight_param)
-    assert "relax.matmul" in _calls(PackMatmulWeights(16)(mod))
+    assert "relax.matmul" in called_names(PackMatmulWeights(16)(mod))
 
 
 @pytest.mark.parametrize("x_shape", [(1, 13, 32), (13, 1, 32), (13, 32)])

@@ -28,21 +28,23 @@ import numpy as np
 import tvm
 from tvm import relax, te, topi
 
-from ...relax_exprs import bound_value, op_name, static_shape_of
+from ...relax_exprs import (
+    OUT_EWISE_FUSABLE,
+    bound_value,
+    op_name,
+    rewrite_functions,
+    static_shape_of,
+)
+from .pack_matmul_weights import panel_width
 
 PACKED_NAME = "conv2d_packed"
-OUT_EWISE_FUSABLE = 4  # tvm.relax's OpPatternKind.kOutEWiseFusable
 
 
 def channel_panel(channels: int, lanes: int, registers: int) -> int | None:
     """Output channels per panel: 4, 2 or 1 vectors of ``lanes`` (at most ``registers / 8``
     vectors, so that a register tile keeps room for pixels), the widest that divides
     ``channels``; None when none does."""
-    for vectors in (4, 2, 1):
-        width = vectors * lanes
-        if vectors * 8 <= registers and channels % width == 0:
-            return width
-    return None
+    return panel_width(channels, lanes, max_vectors=registers // 8)
 
 
 def pack_weight(weight: np.ndarray, width: int) -> np.ndarray:
@@ -145,8 +147,4 @@ class PackConvWeights:
         self.registers = registers
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        rewriter = _Rewriter(mod, self.lanes, self.registers)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return rewriter.builder_.finalize()
+        return rewrite_functions(mod, _Rewriter(mod, self.lanes, self.registers))

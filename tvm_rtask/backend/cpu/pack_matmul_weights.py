@@ -26,18 +26,23 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
-from ...relax_exprs import bound_value, op_name, static_shape_of
+from ...relax_exprs import (
+    OUT_EWISE_FUSABLE,
+    bound_value,
+    op_name,
+    rewrite_functions,
+    static_shape_of,
+)
 
 PACKED_NAME = "matmul_packed"
-OUT_EWISE_FUSABLE = 4  # tvm.relax's OpPatternKind.kOutEWiseFusable
 
 
-def panel_width(n: int, lanes: int) -> int | None:
-    """Columns per panel for ``n`` columns: 4, 2 or 1 vectors of ``lanes``, the widest that
-    divides ``n``; None when none does."""
+def panel_width(n: int, lanes: int, max_vectors: int = 4) -> int | None:
+    """Columns per panel for ``n`` columns: 4, 2 or 1 vectors of ``lanes`` (at most
+    ``max_vectors``), the widest that divides ``n``; None when none does."""
     for vectors in (4, 2, 1):
         width = vectors * lanes
-        if n >= width and n % width == 0:
+        if vectors <= max_vectors and n >= width and n % width == 0:
             return width
     return None
 
@@ -120,8 +125,4 @@ class PackMatmulWeights:
         self.lanes = lanes
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        rewriter = _Rewriter(mod, self.lanes)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return rewriter.builder_.finalize()
+        return rewrite_functions(mod, _Rewriter(mod, self.lanes))

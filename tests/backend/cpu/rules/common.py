@@ -50,6 +50,20 @@ def matmul_module(m, k, n, batch=None, bias=True, relu=False):
     return bb.get()
 
 
+def called_names(mod) -> list[str]:
+    """What ``main`` calls, in order: operator names, and the PrimFunc of each call_tir."""
+    names = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            names.append(
+                expr.args[0].name_hint if expr.op.name == "relax.call_tir" else expr.op.name
+            )
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return names
+
+
 def fused_func(mod):
     """The one fused PrimFunc of a one-operator module."""
     mod = prepare_pipeline()(mod)

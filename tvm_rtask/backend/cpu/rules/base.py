@@ -171,6 +171,26 @@ def loop_var_of(sch: s_tir.Schedule, loop) -> tirx.Var:
     return sch.get(loop).loop_var
 
 
+def loops_below(sch: s_tir.Schedule, block, loop) -> list:
+    """The loops of ``block`` nested inside ``loop``, outermost first."""
+    loops = sch.get_loops(block)
+    stmt = sch.get(loop)
+    return loops[[sch.get(lp).same_as(stmt) for lp in loops].index(True) + 1 :]
+
+
+def finish_tile_blocks(sch: s_tir.Schedule, blocks, tile_loop, lanes: int) -> None:
+    """The loops of ``blocks`` (a register tile's init and write-back) under ``tile_loop``:
+    the innermost vectorised when it is ``lanes`` wide (and not yet), the others unrolled, so
+    that the tile's accumulators stay in registers."""
+    for block in blocks:
+        loops = loops_below(sch, block, tile_loop)
+        if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
+            if extent_of(sch, loops[-1]) == lanes:
+                sch.vectorize(loops[-1])
+        for loop in loops[:-1]:
+            sch.unroll(loop)
+
+
 def uses_any(expr, variables) -> bool:
     """``expr`` reads one of ``variables`` (loop or block iterator variables)."""
     free = tirx.analysis.undefined_vars(expr, [])

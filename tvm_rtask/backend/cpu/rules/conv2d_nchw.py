@@ -41,8 +41,10 @@ from .base import (
     CPUScheduleRule,
     epilogue_tail,
     extent_of,
+    finish_tile_blocks,
     float32_reduction,
     loop_var_of,
+    loops_below,
     overlap_last_tile,
     split_producers,
     vector_lanes,
@@ -93,7 +95,7 @@ def width_tile(width: int, lanes: int) -> int:
     return min(width, lanes)
 
 
-def _column_stride(sch: s_tir.Schedule, conv) -> int:
+def column_stride(sch: s_tir.Schedule, conv) -> int:
     """Stride of the input columns (``x * s + rx``); 1 when it cannot be read."""
     stmt = sch.get(conv)
     x_var = stmt.iter_vars[3].var
@@ -190,8 +192,7 @@ def tail_in_tile(sch: s_tir.Schedule, tail, par, lanes: int) -> bool:
         sch.reverse_compute_at(tail, par, preserve_unit_loops=True)
     except s_tir.ScheduleError:
         return False
-    loops = sch.get_loops(tail)
-    below = loops[[sch.get(lp).same_as(sch.get(par)) for lp in loops].index(True) + 1 :]
+    below = loops_below(sch, tail, par)
     if not below:
         return True
     pixels = below[-2:] if len(below) >= 3 else below[-1:]
@@ -254,7 +255,7 @@ class Conv2dNCHW(CPUScheduleRule):
         _, f_ext, y_ext, x_ext, _, _, rx_ext = extents
         lanes = vector_lanes(target)
         xv = width_tile(x_ext, lanes)
-        strided = _column_stride(sch, conv) > 1
+        strided = column_stride(sch, conv) > 1
         macs = extents[4] * extents[5] * rx_ext  # per output
         if strided and (
             macs < self.min_strided_macs
@@ -346,7 +347,7 @@ class Conv2dNCHW(CPUScheduleRule):
             # the input rows a row tile reads, copied (or padded) with the columns of each
             # phase of the stride together: ``x*s + rx`` becomes column ``x + rx//s`` of phase
             # ``rx % s``, so a vector of outputs reads one contiguous vector
-            stride = _column_stride(sch, conv)
+            stride = column_stride(sch, conv)
             if not pads:
                 pads = [sch.cache_read(conv, _input_read(sch, conv), "global")]
             sch.transform_layout(
@@ -383,15 +384,7 @@ class Conv2dNCHW(CPUScheduleRule):
             sch.unroll(rx)
         sch.parallel(par)
         init = sch.decompose_reduction(conv, rc)
-        for block in (init, acc):
-            loops = sch.get_loops(block)
-            x_o = sch.get(tile_loop)
-            loops = loops[[sch.get(lp).same_as(x_o) for lp in loops].index(True) + 1 :]
-            if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
-                if extent_of(sch, loops[-1]) == lanes_tile:
-                    sch.vectorize(loops[-1])
-            for loop in loops[:-1]:
-                sch.unroll(loop)
+        finish_tile_blocks(sch, (init, acc), tile_loop, lanes_tile)
         if x_ext % xv == 0:
             return sch
         # the last column tile overlaps the one before it (see the module docstring)

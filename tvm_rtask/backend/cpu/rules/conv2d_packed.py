@@ -33,6 +33,7 @@ from tvm.target import Target
 from .base import (
     CPUScheduleRule,
     epilogue_tail,
+    finish_tile_blocks,
     float32_reduction,
     loop_var_of,
     overlap_last_tile,
@@ -91,17 +92,13 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         self.max_unroll_rx = max_unroll_rx
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
-        width = [None]
-
-        def matches(sch, block):
-            width[0] = _panel_width(sch, block)
-            return width[0] is not None
-
-        found = float32_reduction(self, func, target, matches)
+        found = float32_reduction(
+            self, func, target, lambda sch, block: _panel_width(sch, block) is not None
+        )
         if found is None:
             return None
         sch, conv, (n, f, y, x, rc, ry, rx), extents = found
-        panel = width[0]
+        panel = _panel_width(sch, conv)
         # vectors of the target's lanes; of the panel's width when it is narrower (weights
         # packed for AVX2 scheduled for AVX-512)
         lanes = math.gcd(panel, vector_lanes(target))
@@ -143,10 +140,7 @@ class Conv2dPackedNCHW(CPUScheduleRule):
             sch.unroll(rx)
         sch.parallel(par)
         init = sch.decompose_reduction(conv, rc)
-        iv, ix, il = sch.get_loops(init)[-3:]
-        sch.vectorize(il)
-        sch.unroll(iv)
-        sch.unroll(ix)
+        finish_tile_blocks(sch, (init,), xo, lanes)
         if x_ext % cols == 0:
             return sch
         return overlap_last_tile(sch.mod["main"], loop_var_of(sch, xo), cols, x_ext)

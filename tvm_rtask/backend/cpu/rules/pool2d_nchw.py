@@ -23,7 +23,7 @@ from tvm.target import Target
 
 from .base import (
     CPUScheduleRule,
-    extent_of,
+    finish_tile_blocks,
     float32_reduction,
     inline_epilogue,
     loop_var_of,
@@ -31,7 +31,7 @@ from .base import (
     split_producers,
     vector_lanes,
 )
-from .conv2d_nchw import _column_stride, width_tile
+from .conv2d_nchw import column_stride, width_tile
 
 
 def _is_pool_nchw(sch: s_tir.Schedule, block) -> bool:
@@ -59,7 +59,7 @@ class Pool2dNCHW(CPUScheduleRule):
         x_ext, rx_ext = extents[3], extents[5]
         if extents[2] == 1 and x_ext == 1:  # global pooling: a row reduction (RowReduction)
             return None
-        stride = _column_stride(sch, pool)
+        stride = column_stride(sch, pool)
         lanes = vector_lanes(target)
         if stride > 1 and not pads and x_ext < 2 * lanes:
             # the de-interleaved copy of the whole input costs more than the narrow rows
@@ -94,15 +94,7 @@ class Pool2dNCHW(CPUScheduleRule):
             sch.unroll(rx)
         sch.parallel(par)  # before decompose_reduction (see conv2d_nchw)
         init = sch.decompose_reduction(pool, ry)
-        tile = sch.get(xo)
-        for block in (init, acc):
-            loops = sch.get_loops(block)
-            loops = loops[[sch.get(lp).same_as(tile) for lp in loops].index(True) + 1 :]
-            if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
-                if extent_of(sch, loops[-1]) == xv:
-                    sch.vectorize(loops[-1])
-            for loop in loops[:-1]:
-                sch.unroll(loop)
+        finish_tile_blocks(sch, (init, acc), xo, xv)
         if x_ext % xv == 0:
             return sch
         return overlap_last_tile(sch.mod["main"], loop_var_of(sch, xo), xv, x_ext)
