@@ -43,7 +43,9 @@ def test_every_convolution_is_scheduled_by_the_rule(model, caplog):
                 scheduled = schedule_cpu_func(func, LLVM, name=gv.name_hint)
                 rules[gv.name_hint] = scheduled and str(scheduled.attrs[RULE_ATTR])
     assert not caplog.records, [r.getMessage() for r in caplog.records]
-    assert rules and all(r in ("Conv2dNCHW", "Conv2dPackedNCHW") for r in rules.values()), rules
+    assert rules and all(
+        r in ("Conv2dNCHW", "Conv2dPackedNCHW", "DepthwiseConv2dNCHW") for r in rules.values()
+    ), rules
     # the epilogues meant: hard-swish and SE's broadcast multiply fused after a conv
     names = " ".join(rules)
     assert "clip" in names and "sigmoid" in names and "multiply" in names, names

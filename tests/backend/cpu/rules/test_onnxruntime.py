@@ -20,6 +20,7 @@ CONVS = {
     "c_pad2": (8, 24, 11, 5, 1, 2, 1),  # 11 columns, narrower than a vector
     "c_grouped": (16, 32, 19, 3, 1, 1, 4),
     "c_depthwise": (24, 24, 20, 3, 1, 1, 24),
+    "c_depthwise_s2": (32, 32, 29, 5, 2, 2, 32),  # 15 strided columns, phase copy
 }
 DENSE = (1, 96, 250)  # m, k, n: 250 columns, the last tile shifted
 
@@ -86,11 +87,14 @@ def test_odd_shapes_match_onnxruntime_on_this_cpu():
         if isinstance(func, tvm.tirx.PrimFunc):
             scheduled = schedule_cpu_func(func, target)
             rules[gv.name_hint] = None if scheduled is None else str(scheduled.attrs[RULE_ATTR])
-    conv_rules = [r for r in rules.values() if r in ("Conv2dNCHW", "Conv2dPackedNCHW")]
+    conv_rules = [
+        r for r in rules.values() if r in ("Conv2dNCHW", "Conv2dPackedNCHW", "DepthwiseConv2dNCHW")
+    ]
     assert len(conv_rules) == len(CONVS) and "MatmulKN" in rules.values(), rules
     # spatial convolutions with whole vectors of output channels went through the packed
-    # weights (backend/cpu/pack_conv_weights.py), the others through Conv2dNCHW
-    assert {"Conv2dNCHW", "Conv2dPackedNCHW"} <= set(conv_rules), rules
+    # weights (backend/cpu/pack_conv_weights.py), depthwise ones through their own rule,
+    # the others through Conv2dNCHW
+    assert {"Conv2dNCHW", "Conv2dPackedNCHW", "DepthwiseConv2dNCHW"} <= set(conv_rules), rules
 
     ex = tvm_rtask.compile(mod, target, policy="wavefront", num_veu=2)
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](

@@ -19,6 +19,7 @@ from ....tir.rules import try_rules
 from .base import CPUScheduleRule, vector_lanes
 from .conv2d_nchw import Conv2dNCHW
 from .conv2d_packed import Conv2dPackedNCHW
+from .depthwise_conv2d import DepthwiseConv2dNCHW
 from .fast_math import vectorizable_math
 from .matmul import MatmulKN
 from .pool2d_nchw import Pool2dNCHW
@@ -31,6 +32,7 @@ __all__ = [
     "CPUScheduleRule",
     "Conv2dNCHW",
     "Conv2dPackedNCHW",
+    "DepthwiseConv2dNCHW",
     "MatmulKN",
     "Pool2dNCHW",
     "RowReduction",
@@ -43,10 +45,18 @@ __all__ = [
 
 
 def default_rules() -> list[CPUScheduleRule]:
-    """Convolutions (packed weights first), window pooling (before RowReduction, which
-    takes a 3x3 average pool too, up to 3.5x slower), matrix products, then row reductions
-    (softmax, layer norm, global pooling: TVM's ``dlight.cpu.Reduction``)."""
-    return [Conv2dPackedNCHW(), Conv2dNCHW(), Pool2dNCHW(), MatmulKN(), RowReduction()]
+    """Convolutions (packed weights first, depthwise before the general direct rule), window
+    pooling (before RowReduction, which takes a 3x3 average pool too, up to 3.5x slower),
+    matrix products, then row reductions (softmax, layer norm, global pooling: TVM's
+    ``dlight.cpu.Reduction``)."""
+    return [
+        Conv2dPackedNCHW(),
+        DepthwiseConv2dNCHW(),
+        Conv2dNCHW(),
+        Pool2dNCHW(),
+        MatmulKN(),
+        RowReduction(),
+    ]
 
 
 def schedule_cpu_func(
