@@ -85,7 +85,7 @@ def prepared_funcs(name_or_mod, target: tvm.target.Target) -> dict:
     else:
         mod = name_or_mod
     with target:
-        mod = RTaskPrepare()(mod)
+        mod = RTaskPrepare(target=target)(mod)
     funcs, seen = {}, set()
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc):

@@ -203,18 +203,24 @@ class CPUBackend(Backend):
         return self.options_for(options).barrier
 
     def prepare_passes(self, options) -> list:
-        """With the rules on: constant convolution weights packed into output-channel
-        panels (``pack_conv_weights.py``, for ``Conv2dPackedNCHW``) and constant matmul
-        weights into column panels (``pack_matmul_weights.py``, which ``MatmulKN``
-        streams)."""
+        """With the rules on: strided 1x1 convolutions as a subsampling copy and a GEMM
+        (``subsample_pointwise.py``), constant convolution weights packed into
+        output-channel panels (``pack_conv_weights.py``, for ``Conv2dPackedNCHW``) and
+        constant matmul weights into column panels (``pack_matmul_weights.py``, which
+        ``MatmulKN`` streams)."""
         if not self.options_for(options).rules:
             return []
         from .pack_conv_weights import PackConvWeights
         from .pack_matmul_weights import PackMatmulWeights
         from .rules.base import vector_lanes, vector_registers
+        from .subsample_pointwise import SubsamplePointwiseStride
 
         lanes = vector_lanes(self.target)
-        return [PackConvWeights(lanes, vector_registers(self.target)), PackMatmulWeights(lanes)]
+        return [
+            SubsamplePointwiseStride(),
+            PackConvWeights(lanes, vector_registers(self.target)),
+            PackMatmulWeights(lanes),
+        ]
 
     def device_spec(self, options):
         return cpu_spec(options.num_veu or worker_capacity())

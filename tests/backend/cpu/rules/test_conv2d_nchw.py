@@ -291,3 +291,22 @@ def test_1x1_convolution_with_an_odd_channel_count_runs_in_parallel():
     assert scheduled is not None and outer_parallel_extent(scheduled) >= 2
     args = random_args(func)
     assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))
+
+
+@pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
+def test_1x1_with_more_pixels_than_channels_runs_its_pixel_tiles_in_parallel(target):
+    """128 -> 16 channels at 55x55 (SqueezeNet's squeeze layers): the parallel loop is the
+    pixel tiles (each thread reads its part of the input), its last tile shifted to end at
+    pixel 3025; with fewer pixels than channels the channel groups stay parallel."""
+    func = fused_func(conv_module(128, 16, 55, 1, 1, 0))
+    scheduled = schedule_cpu_func(func, target)
+    par = outer_parallel_extent(scheduled)
+    assert par > 4  # pixel tiles: channel groups of 16 channels would be at most 4
+    plain = Conv2dNCHW(pixel_parallel=False).apply(func, target, False)
+    assert outer_parallel_extent(plain) <= 4
+    script = scheduled.script()
+    assert "T.min(" in script and "T.where" not in script
+    args = random_args(func)
+    assert_close(run(scheduled, args, target), run(func, args, target))
+    wide = schedule_cpu_func(fused_func(conv_module(64, 256, 7, 1, 1, 0)), target)
+    assert outer_parallel_extent(wide) <= 4  # 49 pixels, 256 channels: channel groups

@@ -240,3 +240,26 @@ def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent
 
     body = tvm_ffi.structural_map(func.body, (s_tir.SBlockRealize, realize))
     return None if failed else func.with_body(body)
+
+
+def deinterleave_columns(sch: s_tir.Schedule, copy, stride: int) -> None:
+    """Lay the buffer that ``copy`` writes (a padding block, or a plain copy of the input)
+    out with the columns of each phase of ``stride`` together: column ``w`` goes to ``[w %
+    s, w // s]``, so that ``x*s + rx`` is column ``x + rx//s`` of phase ``rx % s`` and a
+    vector of strided outputs reads one contiguous vector instead of a gather. The copy
+    then walks the new layout, each phase's columns written in turn: walking the old one
+    wrote every element to another phase (a 3x3/2 depthwise kernel, 96 channels at 112
+    columns: 1150 -> 427 us)."""
+    sch.transform_layout(
+        copy,
+        ("write", 0),
+        lambda n_, c_, h_, w_: (n_, c_, h_, w_ % stride, w_ // stride),
+        pad_value=0.0,  # an odd width leaves one unused column in a phase
+    )
+    stmt = sch.get(copy)
+    # a ``cache_read`` copy already iterates over the new layout; an odd width cannot be
+    # walked phase by phase with an affine map
+    if len(stmt.iter_vars) == 4 and extent_of(sch, sch.get_loops(copy)[-1]) % stride == 0:
+        sch.transform_block_layout(
+            copy, lambda n_, c_, h_, w_: (n_, c_, h_, w_ % stride, w_ // stride)
+        )

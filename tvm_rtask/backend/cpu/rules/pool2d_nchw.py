@@ -23,6 +23,7 @@ from tvm.target import Target
 
 from .base import (
     CPUScheduleRule,
+    deinterleave_columns,
     finish_tile_blocks,
     float32_reduction,
     inline_epilogue,
@@ -81,12 +82,7 @@ class Pool2dNCHW(CPUScheduleRule):
             # outputs reads one contiguous vector instead of a gather
             if not pads:
                 pads = [sch.cache_read(pool, 0, "global")]
-            sch.transform_layout(
-                pads[0],
-                ("write", 0),
-                lambda n_, c_, h_, w_: (n_, c_, h_, w_ % stride, w_ // stride),
-                pad_value=0.0,  # an odd width leaves one unused column in a phase
-            )
+            deinterleave_columns(sch, pads[0], stride)
         for pad in pads:
             sch.compute_at(pad, par, preserve_unit_loops=True)
         sch.vectorize(xi)
