@@ -39,6 +39,7 @@ from tvm.target import Target
 
 from .base import (
     CPUScheduleRule,
+    deinterleave_columns,
     epilogue_tail,
     extent_of,
     finish_tile_blocks,
@@ -370,12 +371,7 @@ class Conv2dNCHW(CPUScheduleRule):
             stride = column_stride(sch, conv)
             if not pads:
                 pads = [sch.cache_read(conv, _input_read(sch, conv), "global")]
-            sch.transform_layout(
-                pads[0],
-                ("write", 0),
-                lambda n_, c_, h_, w_: (n_, c_, h_, w_ % stride, w_ // stride),
-                pad_value=0.0,  # an odd width leaves one unused column in a phase
-            )
+            deinterleave_columns(sch, pads[0], stride)
         acc = sch.cache_write(conv, 0, "local")
         handled, tail = epilogue_tail(sch, acc)
         if not handled:
