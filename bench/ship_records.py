@@ -5,6 +5,7 @@ Usage:
         light:inception_v1 zoo:alexnet ...] [--trials-per-op 16] [--seconds 3600]
     python bench/ship_records.py ship --work /tmp/ship-avx2 [--models ...] [--set x86_64-avx2]
         [--repeat 20] [--rounds 3] [--json bench/results/...json]
+    python bench/ship_records.py recheck [--set x86_64-avx2] [--repeat 10] [--rounds 3]
 
 ``tune`` runs :func:`tvm_rtask.tuning.tune` on each model in turn into one scratch work
 directory, for the set's tuning target (``x86_64-avx2``: ``{"kind": "llvm", "mcpu":
@@ -22,6 +23,12 @@ every target timed (by ``--min-speedup``, default 5 %, a margin over the noise o
 machine); the kept records (best record only) and their workloads are written as a compact
 MetaSchedule JSON database, with ``manifest.json`` saying what was tuned, how, and every
 operator's times (kept or not).
+
+``recheck`` times every record of the shipped set again against what ``compile`` builds
+today without records, the same way, and drops those no longer faster: the rules improve,
+and a record kept against last week's rules may now be slower than they are (SqueezeNet's
+first max pool: the record 514 us in the model, the pooling rule 114 us). It needs no work
+directory: the set's own database holds each workload and its record.
 
 Model specs: ``light:<name>`` (``tvm_rtask.testing.onnx_light``, as ``bench/cpu_ops.py``
 compiles them) or ``zoo:<name>`` (``tvm_rtask.models``, batch 1, full size).
@@ -297,6 +304,88 @@ def cmd_ship(args) -> None:
     print(f"kept {kept} of {tuned_count} tuned operators ({len(operators)} in all) -> {out_dir}")
 
 
+def cmd_recheck(args) -> None:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    import tvm_rtask
+    from tvm_rtask.backend.cpu.host import host_cpu_name
+    from tvm_rtask.records.workload import TASK_SYMBOL
+    from tvm_rtask.runtime import set_num_threads
+
+    set_num_threads(NUM_CORES)
+    target = set_target(args.set)
+    targets = {"set": target}
+    host = host_cpu_name()
+    if host not in ("generic", target.attrs.get("mcpu")):
+        targets["host"] = tvm_rtask.backend.as_target("llvm-native")
+    out_dir = ROOT / "tvm_rtask" / "records" / "shipped" / args.set
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    database = ms.database.JSONDatabase(work_dir=os.fspath(out_dir))
+    command = "python bench/ship_records.py " + " ".join(sys.argv[1:])
+    keep = []
+    for record in database.get_all_tuning_records():
+        mod = record.workload.mod
+        key = f"{tvm_ffi_hash(mod) & (2**64 - 1):016x}"
+        sch = tvm.s_tir.Schedule(mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        func = mod[TASK_SYMBOL].without_attr("global_symbol")
+        tuned = sch.mod[TASK_SYMBOL].without_attr("global_symbol")
+        times = compare(func, tuned, targets, args.repeat, args.rounds)
+        wins = all(t["speedup"] >= args.min_speedup for t in times.values())
+        accurate = all(t["rel_error"] < 1e-4 for t in times.values())
+        entry = manifest["operators"].setdefault(key, {"name": key})
+        entry.update(times=times, times_from=command, kept=wins and accurate)
+        entry.pop("reason", None)
+        if not entry["kept"]:
+            entry["reason"] = (
+                "numbers differ from the rules'" if not accurate else "not faster than the rules"
+            )
+        else:
+            keep.append(record)
+        print(
+            f"{entry.get('name', key):40s} "
+            + "  ".join(
+                f"{lbl}: rules {t['rules_us']:9.1f} tuned {t['tuned_us']:9.1f} us "
+                f"x{t['speedup']:.2f}"
+                for lbl, t in times.items()
+            )
+            + f"  {'KEEP' if entry['kept'] else 'drop'}",
+            flush=True,
+        )
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        (out_dir / name).unlink(missing_ok=True)
+    shipped = ms.database.JSONDatabase(work_dir=os.fspath(out_dir))
+    for record in keep:
+        workload = shipped.commit_workload(record.workload.mod)
+        shipped.commit_tuning_record(
+            ms.database.TuningRecord(
+                record.trace, workload, record.run_secs, record.target, record.args_info
+            )
+        )
+    for spec, counts in manifest["models"].items():
+        counts["kept"] = sum(
+            1
+            for e in manifest["operators"].values()
+            if e.get("kept") and spec in e.get("models", [])
+        )
+    manifest["command"].append(command)
+    manifest["date"] = datetime.date.today().isoformat()
+    manifest["tvm_rtask"] = tvm_rtask.__version__
+    if not keep:
+        manifest["note"] = "no tuned record beat the rules: the set is empty"
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"kept {len(keep)} of the set's records -> {out_dir}")
+
+
+def tvm_ffi_hash(mod) -> int:
+    import tvm_ffi
+
+    return int(tvm_ffi.structural_hash(mod))
+
+
 def _cpu_model() -> str:
     from tvm_rtask.backend.cpu.threads import cpu_model_name
 
@@ -351,7 +440,16 @@ def main() -> None:
                 action="store_true",
                 help="time under the set's target only (not the host CPU's too)",
             )
+    p = sub.add_parser("recheck")
+    p.add_argument("--set", default="x86_64-avx2", choices=sorted(SET_TARGETS))
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--min-speedup", type=float, default=1.05)
+    p.add_argument("--json", help="also write the manifest here")
     args = parser.parse_args()
+    if args.command == "recheck":
+        cmd_recheck(args)
+        return
     if args.command == "tune":
         os.makedirs(args.work, exist_ok=True)
         with open(Path(args.work, "ship_commands.txt"), "a") as f:
