@@ -48,6 +48,27 @@ def test_fold_constant_calls_matches_relax_fold_constant():
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+def test_calls_without_arguments_fold_with_what_reads_them():
+    """ONNX shape computations: ``shape_to_tensor`` of a constant shape (a call_tir of no
+    arguments), then a cast and a reshape that read only it, all folded in one build."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 6), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            shape = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([3, 4])))
+            cast = bb.emit(relax.op.astype(shape, "float32"))
+            total = bb.emit(relax.op.sum(cast))  # 7.0, read by the output
+            out = bb.emit_output(relax.op.add(x, total))
+        bb.emit_func_output(out)
+    mod = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get()))
+    assert len(_tir_calls(mod)) == 4
+    folded = FoldConstantCalls()(mod)
+    assert _tir_calls(folded) == ["add"]
+    x_value = np.arange(12, dtype="float32").reshape(2, 6)
+    got = run_executable(tvm.compile(folded, "llvm"), {"x": x_value})[0]
+    np.testing.assert_array_equal(got, x_value + 7.0)
+
+
 def test_fold_constant_calls_leaves_input_module_alone():
     mod = _module(np.random.default_rng(1))
     before = len(_tir_calls(mod))
