@@ -24,6 +24,7 @@ from .fast_math import vectorizable_math
 from .matmul import MatmulKN
 from .pool2d_nchw import Pool2dNCHW
 from .row_reduction import RowReduction
+from .row_sum import RowSum
 
 RULE_ATTR = "rtask.cpu_rule"
 
@@ -36,6 +37,7 @@ __all__ = [
     "MatmulKN",
     "Pool2dNCHW",
     "RowReduction",
+    "RowSum",
     "default_rules",
     "is_rule_scheduled",
     "rules_enabled",
@@ -47,7 +49,8 @@ __all__ = [
 def default_rules() -> list[CPUScheduleRule]:
     """Convolutions (packed weights first, depthwise before the general direct rule), window
     pooling (before RowReduction, which takes a 3x3 average pool too, up to 3.5x slower),
-    matrix products, then row reductions (softmax, layer norm, global pooling: TVM's
+    matrix products, then sums over trailing axes with the adds vectorised (global pooling,
+    squeeze-and-excitation means) and other row reductions (softmax, layer norm: TVM's
     ``dlight.cpu.Reduction``)."""
     return [
         Conv2dPackedNCHW(),
@@ -55,6 +58,7 @@ def default_rules() -> list[CPUScheduleRule]:
         Conv2dNCHW(),
         Pool2dNCHW(),
         MatmulKN(),
+        RowSum(),
         RowReduction(),
     ]
 
