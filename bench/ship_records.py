@@ -175,7 +175,6 @@ def _rule_name(func) -> str | None:
 
 def cmd_ship(args) -> None:
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     import tvm_rtask
     from tvm_rtask.backend.cpu.host import host_cpu_name
@@ -239,16 +238,7 @@ def cmd_ship(args) -> None:
                         entry["reason"] = "not faster than the rules"
                     if entry["kept"]:
                         keep.append(record)
-                    print(
-                        f"{spec:20s} {task.name:32s} "
-                        + "  ".join(
-                            f"{lbl}: rules {t['rules_us']:9.1f} tuned {t['tuned_us']:9.1f} us "
-                            f"x{t['speedup']:.2f}"
-                            for lbl, t in times.items()
-                        )
-                        + f"  {'KEEP' if entry['kept'] else 'drop'}",
-                        flush=True,
-                    )
+                    print(f"{spec:20s} {task.name:32s} " + _verdict(times, entry), flush=True)
                 operators[key] = entry
             entry["models"].append(spec)
             entry["calls"] += task.calls
@@ -259,20 +249,7 @@ def cmd_ship(args) -> None:
             "kept": sum(1 for k in covered if operators[k]["kept"]),
         }
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("database_workload.json", "database_tuning_record.json"):
-        (out_dir / name).unlink(missing_ok=True)
-    shipped = ms.database.JSONDatabase(work_dir=os.fspath(out_dir))
-    for record in keep:
-        workload = shipped.commit_workload(record.workload.mod)
-        shipped.commit_tuning_record(
-            ms.database.TuningRecord(
-                record.trace,
-                workload,
-                record.run_secs,
-                record.target,
-                record.args_info,
-            )
-        )
+    write_records(out_dir, keep)
     manifest = {
         "format": 1,
         "set": args.set,
@@ -302,6 +279,33 @@ def cmd_ship(args) -> None:
     kept = sum(1 for e in operators.values() if e["kept"])
     tuned_count = sum(1 for e in operators.values() if "times" in e)
     print(f"kept {kept} of {tuned_count} tuned operators ({len(operators)} in all) -> {out_dir}")
+
+
+def _verdict(times: dict, entry: dict) -> str:
+    """One line of rules-against-record times per target, and whether the record stays."""
+    return (
+        "  ".join(
+            f"{lbl}: rules {t['rules_us']:9.1f} tuned {t['tuned_us']:9.1f} us x{t['speedup']:.2f}"
+            for lbl, t in times.items()
+        )
+        + f"  {'KEEP' if entry['kept'] else 'drop'}"
+    )
+
+
+def write_records(out_dir: Path, records: list) -> None:
+    """The set's compact database: exactly ``records`` (each with its workload)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        (out_dir / name).unlink(missing_ok=True)
+    shipped = ms.database.JSONDatabase(work_dir=os.fspath(out_dir))
+    for record in records:
+        workload = shipped.commit_workload(record.workload.mod)
+        shipped.commit_tuning_record(
+            ms.database.TuningRecord(
+                record.trace, workload, record.run_secs, record.target, record.args_info
+            )
+        )
 
 
 def cmd_recheck(args) -> None:
@@ -343,26 +347,8 @@ def cmd_recheck(args) -> None:
             )
         else:
             keep.append(record)
-        print(
-            f"{entry.get('name', key):40s} "
-            + "  ".join(
-                f"{lbl}: rules {t['rules_us']:9.1f} tuned {t['tuned_us']:9.1f} us "
-                f"x{t['speedup']:.2f}"
-                for lbl, t in times.items()
-            )
-            + f"  {'KEEP' if entry['kept'] else 'drop'}",
-            flush=True,
-        )
-    for name in ("database_workload.json", "database_tuning_record.json"):
-        (out_dir / name).unlink(missing_ok=True)
-    shipped = ms.database.JSONDatabase(work_dir=os.fspath(out_dir))
-    for record in keep:
-        workload = shipped.commit_workload(record.workload.mod)
-        shipped.commit_tuning_record(
-            ms.database.TuningRecord(
-                record.trace, workload, record.run_secs, record.target, record.args_info
-            )
-        )
+        print(f"{entry.get('name', key):40s} " + _verdict(times, entry), flush=True)
+    write_records(out_dir, keep)
     for spec, counts in manifest["models"].items():
         counts["kept"] = sum(
             1
