@@ -127,7 +127,7 @@ def profile_rtask(name: str, size: str, threads: int, calls: int) -> dict:
     return {"runtime": "tvm-rtask sequential", "rows": rows}
 
 
-def _child(args) -> dict:
+def _child(args, runtime: str) -> dict:
     """One runtime in a fresh process (no other runtime's threads alive in it)."""
     env = dict(os.environ, TVM_NUM_THREADS=str(args.threads))
     cmd = [
@@ -142,7 +142,7 @@ def _child(args) -> dict:
         "--calls",
         str(args.calls),
         "--child",
-        args.child_runtime,
+        runtime,
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -181,10 +181,7 @@ def main() -> None:
         run = profile_onnxruntime if args.child == "onnxruntime" else profile_rtask
         print(json.dumps(run(args.model, args.size, args.threads, args.calls)))
         return
-    results = []
-    for runtime in ("onnxruntime", "rtask"):
-        args.child_runtime = runtime
-        results.append(_child(args))
+    results = [_child(args, runtime) for runtime in ("onnxruntime", "rtask")]
     text = markdown(args.model, results, args.top, args.threads)
     print(text)
     if args.markdown:

@@ -29,6 +29,20 @@ def static_shape_of(expr) -> list[int] | None:
     return [int(d.value) for d in shape.values]
 
 
+def ints(values) -> list[int]:
+    """An attribute's integers (strides, padding, dilation) as a Python list."""
+    return [int(v) for v in values]
+
+
+def nchw_conv(attrs) -> bool:
+    """A ``relax.nn.conv2d`` on NCHW data with an OIHW kernel, its output NCHW too."""
+    return (
+        str(attrs.data_layout) == "NCHW"
+        and str(attrs.kernel_layout) == "OIHW"
+        and str(attrs.out_layout) in ("NCHW", "")
+    )
+
+
 def bound_value(mutator: relax.PyExprMutator, expr):
     """The value ``expr`` is bound to in the function ``mutator`` visits, when it is a
     variable with a binding; else ``expr`` itself."""

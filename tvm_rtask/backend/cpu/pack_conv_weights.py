@@ -31,6 +31,8 @@ from tvm import relax, te, topi
 from ...relax_exprs import (
     OUT_EWISE_FUSABLE,
     bound_value,
+    ints,
+    nchw_conv,
     op_name,
     rewrite_functions,
     static_shape_of,
@@ -78,10 +80,6 @@ def _conv2d_packed(x: te.Tensor, packed: te.Tensor, strides, padding, dilation) 
     )
 
 
-def _ints(values) -> list[int]:
-    return [int(v) for v in values]
-
-
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int, registers: int) -> None:
@@ -102,9 +100,7 @@ class _Rewriter(relax.PyExprMutator):
             return call
         attrs = call.attrs
         if (
-            str(attrs.data_layout) != "NCHW"
-            or str(attrs.kernel_layout) != "OIHW"
-            or str(attrs.out_layout) not in ("NCHW", "")
+            not nchw_conv(attrs)
             or int(attrs.groups) != 1
             or str(attrs.out_dtype) not in ("", "None", "float32")
         ):
@@ -121,16 +117,16 @@ class _Rewriter(relax.PyExprMutator):
         width = channel_panel(weight.shape[0], self.lanes, self.registers)
         if width is None:
             return call
-        padding = _ints(attrs.padding)
+        padding = ints(attrs.padding)
         if len(padding) == 2:
             padding = padding * 2
         return self.builder_.call_te(
             _conv2d_packed,
             x,
             relax.const(pack_weight(weight, width)),
-            _ints(attrs.strides),
+            ints(attrs.strides),
             padding,
-            _ints(attrs.dilation),
+            ints(attrs.dilation),
             primfunc_name_hint=PACKED_NAME,
             primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
         )

@@ -17,11 +17,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ...relax_exprs import op_name, rewrite_functions, static_shape_of
-
-
-def _ints(values) -> list[int]:
-    return [int(v) for v in values]
+from ...relax_exprs import ints, nchw_conv, op_name, rewrite_functions, static_shape_of
 
 
 @relax.expr_functor.mutator
@@ -31,14 +27,12 @@ class _Rewriter(relax.PyExprMutator):
         if op_name(call) != "relax.nn.conv2d":
             return call
         attrs = call.attrs
-        strides = _ints(attrs.strides)
+        strides = ints(attrs.strides)
         if (
-            str(attrs.data_layout) != "NCHW"
-            or str(attrs.kernel_layout) != "OIHW"
-            or str(attrs.out_layout) not in ("NCHW", "")
+            not nchw_conv(attrs)
             or strides == [1, 1]
-            or any(_ints(attrs.padding))
-            or _ints(attrs.dilation) != [1, 1]
+            or any(ints(attrs.padding))
+            or ints(attrs.dilation) != [1, 1]
         ):
             return call
         x, w = call.args

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
-from tvm.s_tir.dlight.analysis import get_sblock_info
+from tvm.s_tir.dlight.analysis import get_sblock_info, normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
@@ -111,6 +111,19 @@ def float32_reduction(rule: CPUScheduleRule, func, target: Target, matches):
     if any(e is None for e in extents):
         return None
     return sch, block, loops, extents
+
+
+def normalized_reductions(rule: CPUScheduleRule, func, target: Target):
+    """``(schedule, infos, reductions)``: ``func``'s blocks as dlight normalizes them (one
+    loop per block iterator) and the non-injective ones among them, when ``rule`` applies
+    to ``target``; None when ``func`` is not a PrimFunc or normalization fails."""
+    if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
+        return None
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if not infos:
+        return None
+    return sch, infos, [info for info in infos if not info.is_injective()]
 
 
 def split_producers(sch: s_tir.Schedule, block) -> list | None:
@@ -240,6 +253,15 @@ def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent
 
     body = tvm_ffi.structural_map(func.body, (s_tir.SBlockRealize, realize))
     return None if failed else func.with_body(body)
+
+
+def with_last_tile_shifted(sch: s_tir.Schedule, tile_loop, tile: int, extent: int):
+    """A rule's result: ``sch`` when tiles of ``tile`` divide ``extent``, else its function
+    with the last tile of ``tile_loop`` shifted back to end at ``extent``
+    (:func:`overlap_last_tile`; None when it cannot be)."""
+    if extent % tile == 0:
+        return sch
+    return overlap_last_tile(sch.mod["main"], loop_var_of(sch, tile_loop), tile, extent)
 
 
 def deinterleave_columns(sch: s_tir.Schedule, copy, stride: int) -> None:

@@ -44,11 +44,10 @@ from .base import (
     extent_of,
     finish_tile_blocks,
     float32_reduction,
-    loop_var_of,
     loops_below,
-    overlap_last_tile,
     split_producers,
     vector_lanes,
+    with_last_tile_shifted,
 )
 
 
@@ -401,10 +400,7 @@ class Conv2dNCHW(CPUScheduleRule):
         sch.parallel(par)
         init = sch.decompose_reduction(conv, rc)
         finish_tile_blocks(sch, (init, acc), tile_loop, lanes_tile)
-        if x_ext % xv == 0:
-            return sch
         # the last column tile overlaps the one before it (see the module docstring); with
         # the pixel tiles in parallel their loop is the parallel loop (``n`` and the row
         # loop have extent 1, so the fused variable counts the tiles)
-        tile_var = loop_var_of(sch, par if pixel_parallel else xo)
-        return overlap_last_tile(sch.mod["main"], tile_var, xv, x_ext)
+        return with_last_tile_shifted(sch, par if pixel_parallel else xo, xv, x_ext)

@@ -35,11 +35,10 @@ from .base import (
     epilogue_tail,
     finish_tile_blocks,
     float32_reduction,
-    loop_var_of,
-    overlap_last_tile,
     split_producers,
     vector_lanes,
     vector_registers,
+    with_last_tile_shifted,
 )
 from .conv2d_nchw import tail_in_tile
 
@@ -141,6 +140,4 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         sch.parallel(par)
         init = sch.decompose_reduction(conv, rc)
         finish_tile_blocks(sch, (init,), xo, lanes)
-        if x_ext % cols == 0:
-            return sch
-        return overlap_last_tile(sch.mod["main"], loop_var_of(sch, xo), cols, x_ext)
+        return with_last_tile_shifted(sch, xo, cols, x_ext)

@@ -34,14 +34,13 @@ from .base import (
     epilogue_tail,
     finish_tile_blocks,
     float32_reduction,
-    loop_var_of,
-    overlap_last_tile,
     split_divisible,
     split_producers,
     vector_lanes,
     vector_registers,
+    with_last_tile_shifted,
 )
-from .conv2d_nchw import _input_read, _is_conv_nchw, column_stride, tail_in_tile
+from .conv2d_nchw import _input_read, _is_conv_nchw, column_stride, tail_in_tile, width_tile
 
 
 def _is_depthwise(sch: s_tir.Schedule, block) -> bool:
@@ -107,7 +106,7 @@ class DepthwiseConv2dNCHW(CPUScheduleRule):
             return None
         if stride == 1 and x_ext < self.min_width_vectors * lanes:
             return None
-        xv = min(x_ext, lanes)
+        xv = width_tile(x_ext, lanes)
         unrolled = window if window <= self.unroll_window else rx_ext
         yr = row_tile(y_ext, unrolled, vector_registers(target), self.max_rows)
         yo, yi = sch.split(y, [None, yr])
@@ -135,9 +134,7 @@ class DepthwiseConv2dNCHW(CPUScheduleRule):
         sch.parallel(par)
         init = sch.decompose_reduction(conv, rc)
         finish_tile_blocks(sch, (init, acc), xo, xv)
-        if x_ext % xv == 0:
-            return sch
-        return overlap_last_tile(sch.mod["main"], loop_var_of(sch, xo), xv, x_ext)
+        return with_last_tile_shifted(sch, xo, xv, x_ext)
 
 
 __all__ = ["DepthwiseConv2dNCHW", "row_tile"]

@@ -27,10 +27,9 @@ from .base import (
     finish_tile_blocks,
     float32_reduction,
     inline_epilogue,
-    loop_var_of,
-    overlap_last_tile,
     split_producers,
     vector_lanes,
+    with_last_tile_shifted,
 )
 from .conv2d_nchw import column_stride, width_tile
 
@@ -58,7 +57,7 @@ class Pool2dNCHW(CPUScheduleRule):
         if pads is None:
             return None
         x_ext, rx_ext = extents[3], extents[5]
-        if extents[2] == 1 and x_ext == 1:  # global pooling: a row reduction (RowReduction)
+        if extents[2] == 1 and x_ext == 1:  # global pooling: a row sum (RowSum, RowReduction)
             return None
         stride = column_stride(sch, pool)
         lanes = vector_lanes(target)
@@ -66,7 +65,7 @@ class Pool2dNCHW(CPUScheduleRule):
             # the de-interleaved copy of the whole input costs more than the narrow rows
             # save (Inception v3's 3x3/2 pools at 17 and 8 columns: 42 -> 88, 31 -> 38 us)
             return None
-        xv = min(width_tile(x_ext, lanes), x_ext)
+        xv = width_tile(x_ext, lanes)
         xo, xi = sch.split(x, [None, xv])
         sch.reorder(n, c, y, xo, ry, rx, xi)
         acc = sch.cache_write(pool, 0, "local")
@@ -91,6 +90,4 @@ class Pool2dNCHW(CPUScheduleRule):
         sch.parallel(par)  # before decompose_reduction (see conv2d_nchw)
         init = sch.decompose_reduction(pool, ry)
         finish_tile_blocks(sch, (init, acc), xo, xv)
-        if x_ext % xv == 0:
-            return sch
-        return overlap_last_tile(sch.mod["main"], loop_var_of(sch, xo), xv, x_ext)
+        return with_last_tile_shifted(sch, xo, xv, x_ext)

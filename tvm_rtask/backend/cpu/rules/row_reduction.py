@@ -10,12 +10,11 @@ reduces one tensor (not two, as a convolution or a product does) over its last a
 
 from __future__ import annotations
 
-from tvm import s_tir, tirx
-from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm import tirx
 from tvm.s_tir.dlight.cpu import Reduction
 from tvm.target import Target
 
-from .base import CPUScheduleRule, uses_any
+from .base import CPUScheduleRule, normalized_reductions, uses_any
 
 
 class RowReduction(CPUScheduleRule):
@@ -23,13 +22,10 @@ class RowReduction(CPUScheduleRule):
     trailing axes (softmax, layer norm, global average pooling)."""
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+        found = normalized_reductions(self, func, target)
+        if found is None:
             return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if not infos:
-            return None
-        reductions = [info for info in infos if not info.is_injective()]
+        sch, _, reductions = found
         if not reductions:
             return None
         for info in reductions:

@@ -19,40 +19,44 @@ independent. The order of the additions changes (relative error about 1e-7).
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir, tirx
-from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.target import Target
 
 from ....tir.common import root_children
-from .base import CPUScheduleRule, extent_of, vector_lanes
+from .base import CPUScheduleRule, extent_of, normalized_reductions, vector_lanes
 
 
-def _is_row_sum(sch: s_tir.Schedule, block) -> bool:
-    """``out[s...] += in[s..., r...]``: float32, the reduced axes last, one tensor read."""
+def _reduced_axes(sch: s_tir.Schedule, block) -> int:
+    """How many trailing iterators ``block`` reduces when it is ``out[s...] += in[s...,
+    r...]``: float32, the reduced axes last, one tensor read; 0 when it is not that."""
     stmt = sch.get(block)
     if stmt.init is None or len(stmt.writes) != 1:
-        return False
+        return 0
     out = stmt.writes[0].source
-    if len([r for r in stmt.reads if not r.source.same_as(out)]) != 1:
-        return False
+    inputs = [r for r in stmt.reads if not r.source.same_as(out)]
+    if len(inputs) != 1:
+        return 0
     body = stmt.body
     if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, tirx.Add):
-        return False
+        return 0
     if str(body.buffer.dtype) != "float32":
-        return False
+        return 0
     reduce_kind = tirx.IterVar.CommReduce
     kinds = "".join("R" if iv.iter_type == reduce_kind else "S" for iv in stmt.iter_vars)
     reduced = kinds.count("R")
     if not 0 < reduced < len(kinds) or kinds != "S" * (len(kinds) - reduced) + "R" * reduced:
-        return False
+        return 0
     # the reduced iterators index the read tensor's trailing axes, in order (a sum over a
     # leading axis would gather with a stride)
-    (read,) = [r for r in stmt.reads if not r.source.same_as(out)]
+    region = inputs[0].region
     axes = [iv.var for iv in stmt.iter_vars[-reduced:]]
-    trailing = [r.min for r in read.region[-reduced:]]
-    return len(read.region) >= reduced and all(
+    trailing = [r.min for r in region[-reduced:]]
+    in_order = len(region) >= reduced and all(
         isinstance(i, tirx.Var) and i.same_as(v) for i, v in zip(trailing, axes, strict=True)
     )
+    return reduced if in_order else 0
 
 
 def row_width(size: int, lanes: int, accumulators: int) -> int | None:
@@ -78,35 +82,26 @@ class RowSum(CPUScheduleRule):
         self.min_vectors = min_vectors
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+        found = normalized_reductions(self, func, target)
+        if found is None:
             return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if not infos:
-            return None
-        reductions = [info for info in infos if not info.is_injective()]
+        sch, infos, reductions = found
         if len(reductions) != 1 or infos[0] is not reductions[0]:
             return None
         block = reductions[0].block_rv
-        if not _is_row_sum(sch, block):
-            return None
+        reduced = _reduced_axes(sch, block)
         loops = sch.get_loops(block)
-        stmt = sch.get(block)
-        kinds = [iv.iter_type == tirx.IterVar.CommReduce for iv in stmt.iter_vars]
-        if len(loops) != len(kinds):
+        if not reduced or len(loops) != len(sch.get(block).iter_vars):
             return None
         extents = [extent_of(sch, loop) for loop in loops]
         if any(e is None for e in extents):
             return None
-        spatial = [lp for lp, r in zip(loops, kinds, strict=True) if not r]
-        reduce = [lp for lp, r in zip(loops, kinds, strict=True) if r]
-        size = 1
-        for r, e in zip(kinds, extents, strict=True):
-            if r:
-                size *= e
+        # normalized: one loop per iterator, the spatial ones first
+        spatial, reduce = loops[:-reduced], loops[-reduced:]
+        size = math.prod(extents[-reduced:])
         lanes = vector_lanes(target)
         width = row_width(size, lanes, self.accumulators)
-        if width is None or size < self.min_vectors * lanes or not spatial:
+        if width is None or size < self.min_vectors * lanes:
             return None
         epilogue = [b for b in root_children(sch) if not sch.get(b).same_as(sch.get(block))]
         r = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
