@@ -158,6 +158,23 @@ class ProgramChecks:
         before = self._clocks(order, base)
         self._check_coverage(graph, tasks_of, pos, before, base)
 
+    def task_clocks(self) -> tuple[np.ndarray, dict[tuple[str, int], tuple[int, int, int]]]:
+        """The vector clock before every rTask (what the barriers guarantee has finished,
+        per vEU: its last order, -1 for none) and each task's ``(veu, order, row)`` by key.
+
+        Raises DeadlockError where ``execution_order`` does."""
+        order = self.execution_order()
+        base = np.concatenate(([0], np.cumsum(self._entry_counts()))).astype(np.int64)
+        before = self._clocks(order, base)
+        where: dict[tuple[str, int], tuple[int, int, int]] = {}
+        for v, es in enumerate(self.entries):
+            j = 0
+            for e in es:
+                if isinstance(e, RTask):
+                    where[e.key] = (v, j, int(base[v]) + j)
+                    j += 1
+        return before, where
+
     def check_waves(self, graph: RGraph) -> None:
         """Raise PlanError unless the ``wave`` fields suit a lowering with global barriers.
 

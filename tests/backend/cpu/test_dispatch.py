@@ -87,3 +87,15 @@ def test_one_parallel_launch_per_rprogram():
     for name in programs:
         text = mod[name].script()
         assert text.count("pragma_parallel_launch_point") == 1
+
+
+def test_fine_barrier_workspaces_share_one_arena():
+    """a, b, c and d are workspaces; d is written after every task that touches a ended
+    (the barriers say so), so it takes a's bytes: one allocation of 3 tensors' size."""
+    mod = tvm_rtask.rtask_pipeline("llvm", barrier="fine", num_veu=2)(Exchange)
+    (name,) = [gv.name_hint for gv in mod.get_global_vars() if gv.name_hint.startswith("rprog")]
+    text = mod[name].script()
+    allocations = [line.strip() for line in text.splitlines() if "T.alloc_buffer" in line]
+    assert allocations[0] == "rtask_arena_float32 = T.alloc_buffer((T.int64(12288),))"
+    assert [a.split(" =")[0] for a in allocations[1:]] == ["rtask_step", "rtask_status"]
+    assert text.count("= rtask_arena_float32.view(T.int64(64), T.int64(64))") == 2  # a, then d

@@ -9,6 +9,7 @@ import tvm
 from tvm.target import Target
 
 from ...core import RKernel, VDevice, cpu_spec
+from ...core.memory import shared_workspaces
 from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
 from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
@@ -263,6 +264,7 @@ class CPUBackend(Backend):
         barrier = self.barrier(options)
         if barrier == "fine":
             code.scripts = scripts_from_program(program)
+            code.arenas = shared_workspaces(program, plan.graph, io.workspaces)
         else:
             code.waves = waves_from_program(program)
         timeout_us = options.spin_timeout_ms * 1000

@@ -32,6 +32,7 @@ from tvm import ir, s_tir, tirx
 from tvm.ir.expr import StringImm
 from tvm.tirx import IntImm
 
+from ...core.memory import Arena
 from ...core.script import Run, Signal, Wait
 from ...tir.common import TensorDecl, substitute_vars, tensor_buffer
 from .kernel import CHUNK_ANNOTATION
@@ -78,6 +79,9 @@ class CPUProgramCode:
     num_veu: int
     scripts: list[list[Run | Wait | Signal]] = field(default_factory=list)
     waves: list[list[list[Run]]] = field(default_factory=list)
+    # workspaces packed into shared arenas (core.memory.plan_arenas; fine barriers): each a
+    # view at its offset, one allocation per arena instead of one per workspace
+    arenas: list[Arena] = field(default_factory=list)
     # filled by build_cpu_dispatcher(subroutines=True): the body functions it calls, by name
     callees: dict[str, tirx.PrimFunc] = field(default_factory=dict)
 
@@ -219,7 +223,7 @@ def body_name(call: KernelCall) -> str:
 def _subroutine_call(
     call: KernelCall, gvar: ir.GlobalVar, buffers: dict[str, tirx.Var], run: Run
 ) -> tirx.Stmt:
-    args = [buffers[name].data for name in call.args]
+    args = [_pointer(buffers[name]) for name in call.args]
     args += [_i32(run.start), _i32(run.step), _i32(run.count)]
     status = ir.Call(gvar, args, ret_ty="int32")
     # a failed call (its workspace could not be allocated; TVM's error is set) fails the vEU
@@ -239,6 +243,47 @@ def _seq(stmts: Sequence[tirx.Stmt]) -> tirx.Stmt:
     if not stmts:
         return tirx.Evaluate(_i32(0))
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _members(arenas: list[Arena]) -> set[str]:
+    return {name for arena in arenas for name in arena.offsets}
+
+
+def _arena_views(
+    arenas: list[Arena], buffers: dict[str, tirx.Var]
+) -> tuple[list[tirx.Stmt], list[tirx.Var]]:
+    """One buffer per arena and each member as a view of it at its offset: the views'
+    declarations and the arena buffers to allocate; ``buffers`` maps each member's name to
+    its view after. A view keeps the arena's own data pointer (and passes
+    :func:`_pointer` to a body), so that every use of a member is a use of the arena: a
+    pointer bound once before the launch would let ``StorageRewrite`` think the arena dead
+    after the binding and give its bytes to the step array."""
+    decls, arena_buffers = [], []
+    for arena in arenas:
+        buf = tensor_buffer(TensorDecl(arena.name, (max(arena.size, 1),), arena.dtype))
+        arena_buffers.append(buf)
+        for name, offset in arena.offsets.items():
+            member = buffers[name]
+            view = tirx.decl_buffer(
+                member.shape,
+                member.dtype,
+                member.name,
+                data=buf.data,
+                elem_offset=IntImm("int64", offset),
+            )
+            decls.append(tirx.DeclBuffer(view, data=buf.data))
+            buffers[name] = view
+    return decls, arena_buffers
+
+
+def _pointer(buffer: tirx.Var) -> tirx.PrimExpr:
+    """The address of a buffer's first element: its data pointer, or for an arena view an
+    access pointer at its offset with its extent (``T.address_of`` would let the s_tir
+    lowering compact the arena to the elements it sees indexed)."""
+    offset = buffer.elem_offset
+    if isinstance(offset, IntImm) and offset.value == 0:
+        return buffer.data
+    return buffer.access_ptr("rw")
 
 
 def _veu_loop(num_veu: int, per_veu: list[tirx.Stmt], name: str) -> tirx.For:
@@ -266,6 +311,7 @@ def build_cpu_dispatcher(
     callees to the module. LLVM's time grows faster than linearly with a function, and
     the copies grow with the vEU count, so this is what the llvm backend builds."""
     buffers = {t.name: tensor_buffer(t) for t in (*code.params, *code.workspaces)}
+    views, arena_buffers = _arena_views(code.arenas, buffers)
     gvars: dict[str, ir.GlobalVar] = {}
 
     def instantiate(call: KernelCall, run: Run) -> tirx.Stmt:
@@ -335,8 +381,9 @@ def build_cpu_dispatcher(
             [StringImm(TIMEOUT_MESSAGE)],
         )
         pre = pool_check
-        body = _seq([*reset, _veu_loop(code.num_veu, per_veu, "veu"), check])
-        shared = [*(buffers[t.name] for t in code.workspaces), step, status]
+        body = _seq([*views, *reset, _veu_loop(code.num_veu, per_veu, "veu"), check])
+        loose = [buffers[t.name] for t in code.workspaces if t.name not in _members(code.arenas)]
+        shared = [*arena_buffers, *loose, step, status]
     elif barrier == "global":
         loops = []
         for w, wave in enumerate(code.waves):
