@@ -162,3 +162,17 @@ def test_model_names_pick_their_kind():
     if peers._real_loader() is not None:  # the torchvision architectures, where present
         real = peers.load_model("real:resnet18", size="reduced")
         assert real.graph.input[0].name == "input"
+
+
+def test_a_checkout_changed_during_the_run_is_flagged(monkeypatch):
+    real = peers.source_state()
+    assert real is None or len(real) == 16
+    states = iter(["before", "after"])
+    monkeypatch.setattr(peers, "source_state", lambda: next(states))
+    warnings = []
+    results = peers.measure([], [], threads=1, progress=warnings.append)
+    assert results["source_state"] == "before" and results["source_changed_during_run"]
+    assert warnings and "changed during the run" in warnings[0]
+    results.update(warmup=5, cores=2, cpu="c", date="2026-01-02", target="llvm", tolerance=1e-3)
+    text = peers.markdown(results, "x.json")
+    assert "not a measurement of one commit" in text

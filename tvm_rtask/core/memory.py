@@ -128,12 +128,23 @@ def check_arenas(arenas: list[Arena], workspaces: list[Workspace], bounds: Mappi
                 assert (la <= kb).all() or (lb <= ka).all(), f"{a} and {b} share bytes unordered"
 
 
-def shared_workspaces(program: RProgram, graph, decls, align_bytes: int = 64) -> list[Arena]:
+def shared_workspaces(
+    program: RProgram,
+    graph,
+    decls,
+    align_bytes: int = 64,
+    aliases: Mapping[str, tuple[str, int]] | None = None,
+) -> list[Arena]:
     """Arenas for a program's workspaces ``decls`` (anything with ``name``, ``shape`` and
     ``dtype``), the operators of ``graph`` saying which tensors each task touches. A dtype
-    numpy does not know keeps its tensors out (the caller allocates them one by one)."""
+    numpy does not know keeps its tensors out (the caller allocates them one by one).
+    ``aliases``: tensors that are views of another (name -> (home, element offset)); they
+    take no bytes of their own, and whoever touches them touches their home."""
+    aliases = aliases or {}
     workspaces = []
     for t in decls:
+        if t.name in aliases:
+            continue
         try:
             itemsize = np.dtype(str(t.dtype)).itemsize
         except TypeError:
@@ -145,6 +156,7 @@ def shared_workspaces(program: RProgram, graph, decls, align_bytes: int = 64) ->
     for op_name in program.ops():
         op = graph.op(op_name)
         for tensor in {*op.inputs, *op.outputs}:
-            if tensor in names:
-                accesses[tensor].append(op_name)
+            home = aliases[tensor][0] if tensor in aliases else tensor
+            if home in names:
+                accesses[home].append(op_name)
     return plan_arenas(program, workspaces, accesses, align_bytes)

@@ -221,6 +221,18 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip()
 
 
+def source_state() -> str | None:
+    """A fingerprint of the checkout's uncommitted state (``git status`` and ``git diff``):
+    a runtime's worker imports tvm_rtask afresh, so an edit during a run changes what the
+    later models measure."""
+    import hashlib
+
+    status, diff = _git("status", "--porcelain"), _git("diff", "HEAD")
+    if status is None or diff is None:
+        return None
+    return hashlib.sha256((status + "\0" + diff).encode()).hexdigest()[:16]
+
+
 def environment(threads: int, target: str, command: str) -> dict:
     diff = _git("diff", "--name-only", "HEAD")
     return {
@@ -239,6 +251,7 @@ def environment(threads: int, target: str, command: str) -> dict:
         "versions": versions(),
         "commit": _git("rev-parse", "HEAD") or None,
         "uncommitted_changes": diff.split() if diff else [] if diff is not None else None,
+        "source_state": source_state(),
     }
 
 
@@ -625,6 +638,9 @@ def measure(
             entry = results["models"].setdefault(model, {})
             entry["runtimes"] = {r: records[r] for r in runtimes}
     results["load_average_end"] = load_average()
+    if source_state() != results["source_state"]:
+        results["source_changed_during_run"] = True
+        progress("warning: the checkout changed during the run; later models measured other code")
     return results
 
 
@@ -759,6 +775,8 @@ def markdown(results: dict, source: str) -> str:
             f"**Smoke run, not a measurement**: {smoke}",
             "",
         ]
+    if results.get("source_changed_during_run"):
+        lines += ["**The checkout changed during this run: not a measurement of one commit.**", ""]
     lines += [
         f"`{results['command']}` on {results['date'][:10]}: batch 1, {_threads(threads)} for "
         f"every runtime on {results['cpu']} ({results['cores']} cores), each runtime warm in "

@@ -14,6 +14,7 @@ from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
 from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
 from . import host
+from .concat_views import concat_views
 from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher, cpu_pipeline
 from .rkernel import make_cpu_rkernel
 from .threads import cpu_model_name
@@ -261,10 +262,14 @@ class CPUBackend(Backend):
             calls=calls,
             num_veu=program.num_veu,
         )
+        tensors = {t.name: t for t in (*io.inputs, *io.outputs, *io.workspaces)}
+        ops = [plan.graph.op(name) for name in program.ops()]
+        elide = concat_views(ops, tensors, [t.name for t in io.workspaces])
+        code.views, code.elided = elide.views, elide.elided
         barrier = self.barrier(options)
         if barrier == "fine":
             code.scripts = scripts_from_program(program)
-            code.arenas = shared_workspaces(program, plan.graph, io.workspaces)
+            code.arenas = shared_workspaces(program, plan.graph, io.workspaces, aliases=code.views)
         else:
             code.waves = waves_from_program(program)
         timeout_us = options.spin_timeout_ms * 1000

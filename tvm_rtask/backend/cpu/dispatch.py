@@ -82,6 +82,10 @@ class CPUProgramCode:
     # workspaces packed into shared arenas (core.memory.plan_arenas; fine barriers): each a
     # view at its offset, one allocation per arena instead of one per workspace
     arenas: list[Arena] = field(default_factory=list)
+    # tensors written in place inside another (name -> (home, element offset)), and the
+    # operators (concatenations) that this leaves nothing to do (concat_views.py)
+    views: dict[str, tuple[str, int]] = field(default_factory=dict)
+    elided: set[str] = field(default_factory=set)
     # filled by build_cpu_dispatcher(subroutines=True): the body functions it calls, by name
     callees: dict[str, tirx.PrimFunc] = field(default_factory=dict)
 
@@ -276,6 +280,21 @@ def _arena_views(
     return decls, arena_buffers
 
 
+def _home_views(homes: dict[str, tuple[str, int]], buffers: dict[str, tirx.Var]) -> list[tirx.Stmt]:
+    """Each tensor of ``homes`` as a view of its home buffer at an element offset (after the
+    home's own offset, where it is an arena view); ``buffers`` maps it to the view after."""
+    decls = []
+    for name, (home, offset) in homes.items():
+        tensor, base = buffers[name], buffers[home]
+        start = int(base.elem_offset.value) + offset  # arena views and buffers: constants
+        view = tirx.decl_buffer(
+            tensor.shape, tensor.dtype, tensor.name, data=base.data, elem_offset=start
+        )
+        decls.append(tirx.DeclBuffer(view, data=base.data))
+        buffers[name] = view
+    return decls
+
+
 def _pointer(buffer: tirx.Var) -> tirx.PrimExpr:
     """The address of a buffer's first element: its data pointer, or for an arena view an
     access pointer at its offset with its extent (``T.address_of`` would let the s_tir
@@ -312,6 +331,8 @@ def build_cpu_dispatcher(
     the copies grow with the vEU count, so this is what the llvm backend builds."""
     buffers = {t.name: tensor_buffer(t) for t in (*code.params, *code.workspaces)}
     views, arena_buffers = _arena_views(code.arenas, buffers)
+    views += _home_views(code.views, buffers)
+    placed = _members(code.arenas) | set(code.views)
     gvars: dict[str, ir.GlobalVar] = {}
 
     def instantiate(call: KernelCall, run: Run) -> tirx.Stmt:
@@ -339,6 +360,8 @@ def build_cpu_dispatcher(
         stmts = []
         for item in script:
             if isinstance(item, Run):
+                if item.op in code.elided:
+                    continue
                 stmts.append(instantiate(code.calls[item.op], item))
             elif isinstance(item, Wait):
                 for u, count in item.pairs:
@@ -382,7 +405,7 @@ def build_cpu_dispatcher(
         )
         pre = pool_check
         body = _seq([*views, *reset, _veu_loop(code.num_veu, per_veu, "veu"), check])
-        loose = [buffers[t.name] for t in code.workspaces if t.name not in _members(code.arenas)]
+        loose = [buffers[t.name] for t in code.workspaces if t.name not in placed]
         shared = [*arena_buffers, *loose, step, status]
     elif barrier == "global":
         loops = []
@@ -394,9 +417,10 @@ def build_cpu_dispatcher(
                 tirx.AttrStmt(_i32(0), "pragma_parallel_barrier_when_finish", _i32(1), loop)
             )
         body = tirx.AttrStmt(_i32(0), "pragma_parallel_launch_point", _i32(1), _seq(loops))
+        body = _seq([*views, body])
         # waves joined by TVM's barrier are correct with any pool size: only sized here
         pre = tirx.Evaluate(ensure)
-        shared = [buffers[t.name] for t in code.workspaces]
+        shared = [buffers[t.name] for t in code.workspaces if t.name not in placed]
     else:
         raise ValueError(f"barrier must be 'fine' or 'global', not {barrier!r}")
 
