@@ -99,3 +99,27 @@ def test_views_compute_what_copies_do(barrier):
     for _ in range(5):
         got = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@tvm.script.ir_module
+class ConcatOut:
+    @R.function
+    def main(x: R.Tensor((1, 3, 5), "float32"), y: R.Tensor((1, 2, 5), "float32")):
+        with R.dataflow():
+            a = R.nn.relu(x)
+            b = R.add(y, y)
+            k = R.concat([a, b], axis=1)  # the program's output: its inputs live in it
+            R.output(k)
+        return k
+
+
+def test_inputs_written_in_place_inside_the_programs_output():
+    mod = tvm_rtask.rtask_pipeline("llvm", num_veu=2, fusion="none")(ConcatOut)
+    (name,) = [gv.name_hint for gv in mod.get_global_vars() if gv.name_hint.startswith("rprog")]
+    assert "concatenate" not in mod[name].script()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 5)).astype("float32")
+    y = rng.standard_normal((1, 2, 5)).astype("float32")
+    ex = tvm_rtask.compile(ConcatOut, "llvm", num_veu=2, fusion="none")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y))
+    np.testing.assert_array_equal(got.numpy(), np.concatenate([np.maximum(x, 0), y + y], axis=1))

@@ -19,6 +19,11 @@ vEUs would run waiting vEUs one after another on one thread. The call sizes the 
 the fix, when that pool was created earlier with too few workers and cannot grow. The step and
 status arrays are allocated per call (stack or TVM workspace of the calling thread), so
 concurrent calls from several threads share nothing but the constant parameters.
+
+With fine barriers the workspaces live in one arena per dtype, at offsets that let tensors
+the barriers order share bytes (``core/memory.py``); under either barrier an input of a
+concatenation may be a view of its block of the output (``concat_views.py``). A view is
+declared on its home's data pointer, so that TVM's storage passes see every use of it.
 """
 
 from __future__ import annotations
