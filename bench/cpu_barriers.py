@@ -29,8 +29,9 @@ from tvm import relax
 
 import tvm_rtask
 from tvm_rtask.runtime import set_num_threads
-from tvm_rtask.testing.onnx_light import onnxruntime_outputs, relative_error
+from tvm_rtask.testing.onnx_light import onnxruntime_outputs, random_inputs, relative_error
 from tvm_rtask.testing.peers import environment, load_model
+from tvm_rtask.testing.run import run_executable
 
 DEFAULT_BUILDS = ["wavefront/fine", "wavefront/global", "sequential/fine"]
 
@@ -49,25 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _inputs(model, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
-    feed = {}
-    for value in model.graph.input:
-        if value.name in inits:
-            continue
-        shape = [d.dim_value or 1 for d in value.type.tensor_type.shape.dim]
-        feed[value.name] = rng.standard_normal(shape).astype("float32")
-    return feed
-
-
-def _first(result) -> np.ndarray:
-    return result.numpy() if hasattr(result, "numpy") else _first(result[0])
-
-
 def measure(name: str, args: argparse.Namespace) -> dict:
     model = load_model(name, seed=args.seed, size=args.size)
-    feed = _inputs(model, args.seed)
+    feed = random_inputs(model, args.seed)
     (expected, *_) = onnxruntime_outputs(model, feed)
     mod = tvm_rtask.frontend.load(model)
     tensors = [tvm.runtime.tensor(v) for v in feed.values()]
@@ -79,10 +64,10 @@ def measure(name: str, args: argparse.Namespace) -> dict:
             mod, args.target, policy=policy, barrier=barrier, num_veu=args.threads
         )
         compile_s = time.perf_counter() - start
-        main = relax.VirtualMachine(ex, tvm.cpu())["main"]
-        error = relative_error(_first(main(*tensors)), expected)
+        error = relative_error(run_executable(ex, feed)[0], expected)
         if not error < 1e-3:
             raise SystemExit(f"{name} {build}: relative error {error:.3g} against ONNX Runtime")
+        main = relax.VirtualMachine(ex, tvm.cpu())["main"]
         for _ in range(3):
             main(*tensors)
         calls[build] = main

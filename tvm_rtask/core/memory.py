@@ -114,20 +114,6 @@ def plan_arenas(
     return arenas
 
 
-def check_arenas(arenas: list[Arena], workspaces: list[Workspace], bounds: Mapping) -> None:
-    """Raise AssertionError where two tensors that share bytes are not ordered (a check for
-    tests: the planner never places them so)."""
-    sizes = {w.name: w.elements for w in workspaces}
-    for arena in arenas:
-        members = sorted(arena.offsets.items(), key=lambda kv: kv[1])
-        for i, (a, off_a) in enumerate(members):
-            for b, off_b in members[i + 1 :]:
-                if off_b >= off_a + sizes[a]:
-                    continue
-                (la, ka), (lb, kb) = bounds[a], bounds[b]
-                assert (la <= kb).all() or (lb <= ka).all(), f"{a} and {b} share bytes unordered"
-
-
 def shared_workspaces(
     program: RProgram,
     graph,

@@ -254,34 +254,30 @@ def _seq(stmts: Sequence[tirx.Stmt]) -> tirx.Stmt:
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
 
-def _members(arenas: list[Arena]) -> set[str]:
-    return {name for arena in arenas for name in arena.offsets}
+def _view(tensor: tirx.Var, base: tirx.Var, elem_offset) -> tuple[tirx.Stmt, tirx.Var]:
+    """``tensor`` redeclared on ``base``'s data pointer at ``elem_offset``: its declaration
+    and the view. Keeping the base's own pointer makes every use of the view a use of the
+    base: a pointer bound once before the launch would let ``StorageRewrite`` think the base
+    dead after the binding and give its bytes to the step array."""
+    view = tirx.decl_buffer(
+        tensor.shape, tensor.dtype, tensor.name, data=base.data, elem_offset=elem_offset
+    )
+    return tirx.DeclBuffer(view, data=base.data), view
 
 
 def _arena_views(
     arenas: list[Arena], buffers: dict[str, tirx.Var]
 ) -> tuple[list[tirx.Stmt], list[tirx.Var]]:
-    """One buffer per arena and each member as a view of it at its offset: the views'
-    declarations and the arena buffers to allocate; ``buffers`` maps each member's name to
-    its view after. A view keeps the arena's own data pointer (and passes
-    :func:`_pointer` to a body), so that every use of a member is a use of the arena: a
-    pointer bound once before the launch would let ``StorageRewrite`` think the arena dead
-    after the binding and give its bytes to the step array."""
+    """One buffer per arena and each member as a view of it at its offset (:func:`_view`;
+    a body gets :func:`_pointer`): the views' declarations and the arena buffers to
+    allocate; ``buffers`` maps each member's name to its view after."""
     decls, arena_buffers = [], []
     for arena in arenas:
         buf = tensor_buffer(TensorDecl(arena.name, (max(arena.size, 1),), arena.dtype))
         arena_buffers.append(buf)
         for name, offset in arena.offsets.items():
-            member = buffers[name]
-            view = tirx.decl_buffer(
-                member.shape,
-                member.dtype,
-                member.name,
-                data=buf.data,
-                elem_offset=IntImm("int64", offset),
-            )
-            decls.append(tirx.DeclBuffer(view, data=buf.data))
-            buffers[name] = view
+            decl, buffers[name] = _view(buffers[name], buf, IntImm("int64", offset))
+            decls.append(decl)
     return decls, arena_buffers
 
 
@@ -290,13 +286,10 @@ def _home_views(homes: dict[str, tuple[str, int]], buffers: dict[str, tirx.Var])
     home's own offset, where it is an arena view); ``buffers`` maps it to the view after."""
     decls = []
     for name, (home, offset) in homes.items():
-        tensor, base = buffers[name], buffers[home]
+        base = buffers[home]
         start = int(base.elem_offset.value) + offset  # arena views and buffers: constants
-        view = tirx.decl_buffer(
-            tensor.shape, tensor.dtype, tensor.name, data=base.data, elem_offset=start
-        )
-        decls.append(tirx.DeclBuffer(view, data=base.data))
-        buffers[name] = view
+        decl, buffers[name] = _view(buffers[name], base, start)
+        decls.append(decl)
     return decls
 
 
@@ -337,7 +330,7 @@ def build_cpu_dispatcher(
     buffers = {t.name: tensor_buffer(t) for t in (*code.params, *code.workspaces)}
     views, arena_buffers = _arena_views(code.arenas, buffers)
     views += _home_views(code.views, buffers)
-    placed = _members(code.arenas) | set(code.views)
+    placed = {name for arena in code.arenas for name in arena.offsets} | set(code.views)
     gvars: dict[str, ir.GlobalVar] = {}
 
     def instantiate(call: KernelCall, run: Run) -> tirx.Stmt:
