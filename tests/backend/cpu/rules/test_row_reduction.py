@@ -66,3 +66,24 @@ def test_global_average_pooling_is_scheduled_and_matches():
     assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "RowReduction"
     args = random_args(func)
     assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))
+
+
+def test_declines_a_single_row_that_it_would_parallelise_by_element():
+    # dlight's Reduction on a batch-1 softmax over [1, 1000] runs its parallel loop over the
+    # 1000 outputs and recomputes the row's max and sum for each: 1000x the work
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 1000), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.softmax(x, axis=-1))
+        bb.emit_func_output(out)
+    func = fused_func(bb.get())
+    assert RowReduction().apply(func, NATIVE, False) is None
+    scheduled = schedule_cpu_func(func, NATIVE)
+    if scheduled is not None:  # another rule may take it; never one parallel over elements
+        assert outer_parallel_extent(scheduled) == 1
+    args = random_args(func)
+    reference = run(func, args, NATIVE)
+    assert np.abs(reference).max() > 1e-4  # a softmax of 1000 values: about 1e-3 each
+    if scheduled is not None:
+        assert_close(run(scheduled, args, NATIVE), reference)
