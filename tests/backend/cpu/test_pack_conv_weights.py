@@ -195,3 +195,10 @@ def test_compiled_model_with_packed_convolutions_matches_tvm(policy):
     ex = tvm_rtask.compile(mod, "llvm-native", policy=policy, db=False)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
     assert_close(got, expected)
+
+
+@pytest.mark.parametrize("width, cols", [(56, 4), (28, 4), (112, 4), (14, 5), (7, 4)])
+def test_pixel_tile_takes_a_dividing_tile_once_the_fmas_set_the_pace(width, cols):
+    # four vectors x four columns already issue two FMAs a load: five columns would gain
+    # nothing on the FMA units and compute 60 columns for 56 (measured 4-17% slower)
+    assert pixel_tile(width, 4, 32, acc_vectors=20, max_cols=8) == cols
