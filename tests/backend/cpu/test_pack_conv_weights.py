@@ -81,12 +81,15 @@ def test_pack_weight_puts_each_panel_contiguous():
         (384, 16, 32, 64),  # AVX-512: up to four vectors
         (96, 16, 32, 32),
         (80, 16, 32, 16),
+        (144, 16, 32, 48),  # three vectors where only one would divide otherwise
+        (288, 16, 32, 32),  # two before three
+        (144, 8, 16, 16),  # AVX2: no room for three
         (384, 8, 16, 16),  # AVX2: at most two vectors, room for the columns
         (24, 8, 16, 8),
         (1000, 16, 32, None),
     ],
 )
-def test_channel_panel_is_the_widest_that_divides_within_the_registers(
+def test_channel_panel_is_the_first_that_divides_within_the_registers(
     channels, lanes, registers, width
 ):
     assert channel_panel(channels, lanes, registers) == width
@@ -122,6 +125,7 @@ CASES = {
     "3x3_dilated": (8, 16, (15, 15), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),
     "3x3_narrow": (8, 64, (5, 3), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # row < a tile
     "3x3_asymmetric_pad": (8, 16, (16, 16), (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),
+    "3x3_three_vector_panel": (8, 144, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
 }
 
 

@@ -37,10 +37,12 @@ from ...relax_exprs import (
 PACKED_NAME = "matmul_packed"
 
 
-def panel_width(n: int, lanes: int, max_vectors: int = 4) -> int | None:
-    """Columns per panel for ``n`` columns: 4, 2 or 1 vectors of ``lanes`` (at most
-    ``max_vectors``), the widest that divides ``n``; None when none does."""
-    for vectors in (4, 2, 1):
+def panel_width(
+    n: int, lanes: int, max_vectors: int = 4, choices: tuple[int, ...] = (4, 2, 1)
+) -> int | None:
+    """Columns per panel for ``n`` columns: ``choices`` vectors of ``lanes`` (at most
+    ``max_vectors``), the first that divides ``n``; None when none does."""
+    for vectors in choices:
         width = vectors * lanes
         if vectors <= max_vectors and n >= width and n % width == 0:
             return width
