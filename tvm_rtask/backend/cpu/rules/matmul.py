@@ -37,6 +37,7 @@ from .base import (
     split_divisible,
     split_producers,
     vector_lanes,
+    vector_registers,
 )
 
 
@@ -106,12 +107,28 @@ def _is_matmul_kn(sch: s_tir.Schedule, block) -> bool:
 
 class MatmulKN(CPUScheduleRule):
     """Vectorised over the output columns, register-tiled over rows and column vectors; see
-    the module docstring. ``acc_vectors``: accumulator vectors of one tile."""
+    the module docstring. ``acc_vectors``: accumulator vectors of one tile, ``max_rows``: its
+    most rows; None: from the target's vector registers. With AVX-512's 32, 24 vectors in up
+    to six rows: six rows of four vectors ran 1-15% faster than four on every transformer and
+    ConvNeXt shape measured (ViT-B/16's 197x768 @ 768x3072: 3.43 -> 2.91 ms, 2 threads);
+    seven spill. With 16 (SSE, AVX2), 16 in up to four rows: two rows (no spill) measured
+    2-6% slower on SSE."""
 
-    def __init__(self, acc_vectors: int = 16, max_rows: int = 4, max_col_vectors: int = 4):
+    def __init__(
+        self,
+        acc_vectors: int | None = None,
+        max_rows: int | None = None,
+        max_col_vectors: int = 4,
+    ):
         self.acc_vectors = acc_vectors
         self.max_rows = max_rows
         self.max_col_vectors = max_col_vectors
+
+    def _tile_limits(self, target: Target) -> tuple[int, int]:
+        wide = vector_registers(target) >= 32
+        acc = self.acc_vectors if self.acc_vectors is not None else (24 if wide else 16)
+        rows = self.max_rows if self.max_rows is not None else (6 if wide else 4)
+        return acc, rows
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
         found = float32_reduction(self, func, target, _is_matmul_kn)
@@ -136,7 +153,8 @@ class MatmulKN(CPUScheduleRule):
         else:
             # column vectors per tile: as many as fit, keeping four tiles for the vEUs
             nv = max(1, min(self.max_col_vectors, n_ext // lanes // 4))
-        rows = max(1, min(self.max_rows, self.acc_vectors // nv))
+        acc_vectors, max_rows = self._tile_limits(target)
+        rows = max(1, min(max_rows, acc_vectors // nv))
         mr = split_divisible(m_ext, rows)
         if mr < rows and m_ext >= rows:  # e.g. 197 rows: overlap the last row tile instead
             mr = rows
