@@ -24,6 +24,7 @@ from .fast_math import vectorizable_math
 from .matmul import MatmulKN
 from .pool2d_nchw import Pool2dNCHW
 from .row_reduction import RowReduction
+from .row_softmax import RowSoftmax
 from .row_sum import RowSum
 
 RULE_ATTR = "rtask.cpu_rule"
@@ -37,6 +38,7 @@ __all__ = [
     "MatmulKN",
     "Pool2dNCHW",
     "RowReduction",
+    "RowSoftmax",
     "RowSum",
     "default_rules",
     "is_rule_scheduled",
@@ -50,8 +52,8 @@ def default_rules() -> list[CPUScheduleRule]:
     """Convolutions (packed weights first, depthwise before the general direct rule), window
     pooling (before RowReduction, which takes a 3x3 average pool too, up to 3.5x slower),
     matrix products, then sums over trailing axes with the adds vectorised (global pooling,
-    squeeze-and-excitation means) and other row reductions (softmax, layer norm: TVM's
-    ``dlight.cpu.Reduction``)."""
+    squeeze-and-excitation means), softmax rows with vector partial results, and other row
+    reductions (layer norm, short softmax rows: TVM's ``dlight.cpu.Reduction``)."""
     return [
         Conv2dPackedNCHW(),
         DepthwiseConv2dNCHW(),
@@ -59,6 +61,7 @@ def default_rules() -> list[CPUScheduleRule]:
         Pool2dNCHW(),
         MatmulKN(),
         RowSum(),
+        RowSoftmax(),
         RowReduction(),
     ]
 
