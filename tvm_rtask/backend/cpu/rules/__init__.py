@@ -23,6 +23,7 @@ from .depthwise_conv2d import DepthwiseConv2dNCHW
 from .fast_math import vectorizable_math
 from .matmul import MatmulKN
 from .pool2d_nchw import Pool2dNCHW
+from .row_partials import RowPartials
 from .row_reduction import RowReduction
 from .row_softmax import RowSoftmax
 from .row_sum import RowSum
@@ -37,6 +38,7 @@ __all__ = [
     "DepthwiseConv2dNCHW",
     "MatmulKN",
     "Pool2dNCHW",
+    "RowPartials",
     "RowReduction",
     "RowSoftmax",
     "RowSum",
@@ -52,8 +54,9 @@ def default_rules() -> list[CPUScheduleRule]:
     """Convolutions (packed weights first, depthwise before the general direct rule), window
     pooling (before RowReduction, which takes a 3x3 average pool too, up to 3.5x slower),
     matrix products, then sums over trailing axes with the adds vectorised (global pooling,
-    squeeze-and-excitation means), softmax rows with vector partial results, and other row
-    reductions (layer norm, short softmax rows: TVM's ``dlight.cpu.Reduction``)."""
+    squeeze-and-excitation means), softmax rows and other row normalizations (layer norm) with
+    vector partial results, and the row reductions left (rows that are not whole vectors:
+    TVM's ``dlight.cpu.Reduction``)."""
     return [
         Conv2dPackedNCHW(),
         DepthwiseConv2dNCHW(),
@@ -62,6 +65,7 @@ def default_rules() -> list[CPUScheduleRule]:
         MatmulKN(),
         RowSum(),
         RowSoftmax(),
+        RowPartials(),
         RowReduction(),
     ]
 
