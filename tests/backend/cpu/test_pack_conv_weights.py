@@ -109,6 +109,7 @@ def test_spatial_convolutions_become_packed_calls_and_the_others_stay():
     assert PACKED_NAME in called_names(packed) and "relax.nn.conv2d" not in called_names(packed)
     for kept in (
         _module(16, 32, (9, 9), (1, 1)),  # 1x1: a GEMM for Conv2dNCHW
+        _module(3, 32, (17, 17), (3, 3), stride=(2, 2), pad=(1, 1)),  # an RGB stem
         _module(16, 32, (9, 9), (3, 3), groups=2),  # grouped
         _module(16, 24, (9, 9), (3, 3)),  # channels not a multiple of the lanes
     ):

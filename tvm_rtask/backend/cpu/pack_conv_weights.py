@@ -17,9 +17,10 @@ order as the unpacked convolution's, so outputs agree to rounding of the accumul
 of the rule that schedules them.
 
 1x1 convolutions stay with ``Conv2dNCHW``, which runs them as GEMMs over the pixel axis
-(whole vectors for any shape). The pass runs in RTaskPrepare as the llvm backend's own pass
-(``CPUBackend.prepare_passes``), before legalization; the call carries ``op_pattern`` 4, so
-the bias add and activation still fuse into it.
+(whole vectors for any shape), and so do convolutions of fewer than
+:data:`MIN_INPUT_CHANNELS` input channels (stems). The pass runs in RTaskPrepare as the llvm
+backend's own pass (``CPUBackend.prepare_passes``), before legalization; the call carries
+``op_pattern`` 4, so the bias add and activation still fuse into it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ from ...relax_exprs import (
 from .pack_matmul_weights import panel_width
 
 PACKED_NAME = "conv2d_packed"
+# Fewer input channels than this (a stem on an RGB image) and Conv2dNCHW, vectorised along
+# the output columns (strided ones de-interleaved), ran faster than the packed panels, alone
+# on 2 threads: 3 -> 64 7x7/2 at 224x224 1002 -> 809 us, 3 -> 32 3x3/2 128 -> 103 us, 3 -> 64
+# 3x3/2 unpadded 241 -> 229 us; from 8 input channels up the two were within 7% either way,
+# and at 16 the panels won (16 -> 64 3x3 at 55x55: 199 against 245 us).
+MIN_INPUT_CHANNELS = 8
 
 
 PANEL_VECTORS = (4, 2, 3, 1)
@@ -120,6 +127,8 @@ class _Rewriter(relax.PyExprMutator):
         if weight is None or weight.shape[1] != x_shape[1]:
             return call
         if weight.shape[2] * weight.shape[3] == 1:  # 1x1: a GEMM for Conv2dNCHW
+            return call
+        if weight.shape[1] < MIN_INPUT_CHANNELS:  # an image's stem: Conv2dNCHW is faster
             return call
         width = channel_panel(weight.shape[0], self.lanes, self.registers)
         if width is None:
