@@ -102,3 +102,35 @@ def test_panels_packed_for_narrower_vectors_are_still_scheduled():
     assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
     args = random_args(func)
     assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))
+
+
+def _batched_product(batch, m, k, n):
+    """``a[1, batch, m, k] @ b[1, batch, k, n]``: attention's products, no operand shared."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((1, batch, m, k), "float32"))
+    b = relax.Var("b", relax.TensorType((1, batch, k, n), "float32"))
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(a, b))
+        bb.emit_func_output(out)
+    return fused_func(bb.get())
+
+
+@pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
+@pytest.mark.parametrize(
+    "batch, m, k, n, by_batch",
+    [(6, 13, 8, 37, True), (6, 37, 37, 16, True), (2, 13, 8, 37, False)],
+    ids=["scores", "values", "two_batches"],
+)
+def test_products_of_many_batches_run_by_batch_and_match(batch, m, k, n, by_batch, target):
+    func = _batched_product(batch, m, k, n)
+    scheduled = schedule_cpu_func(func, target)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
+    if by_batch:
+        assert outer_parallel_extent(scheduled) == batch
+    else:
+        assert outer_parallel_extent(scheduled) != batch
+    args = random_args(func)
+    assert_close(run(scheduled, args, target), run(func, args, target))

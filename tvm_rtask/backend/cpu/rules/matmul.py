@@ -24,6 +24,8 @@ A last column tile that does not fit is shifted back to end at ``N`` (``overlap_
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_sblock_info
 from tvm.target import Target
@@ -105,6 +107,26 @@ def _is_matmul_kn(sch: s_tir.Schedule, block) -> bool:
     return _matmul_kn_width(sch, block) is not None
 
 
+BATCH_PARALLEL = 4  # batches from which a product without a shared operand runs by batch
+
+
+def _column_vectors(n: int, lanes: int, most: int, acc_vectors: int, max_rows: int) -> int:
+    """Vectors of columns per tile when the column tiles need not run in parallel: the
+    most FMAs per load (counted up to 2, where the FMA units set the pace) divided by the
+    columns the shifted last tile computes twice."""
+    best, best_key = 1, (0.0, 0)
+    for nv in range(1, most + 1):
+        tile = nv * lanes
+        if tile > n:
+            break
+        rows = max(1, min(max_rows, acc_vectors // nv))
+        computed = -(-n // tile) * tile
+        key = (min(rows * nv / (rows + nv), 2.0) * n / computed, nv)
+        if key > best_key:
+            best, best_key = nv, key
+    return best
+
+
 class MatmulKN(CPUScheduleRule):
     """Vectorised over the output columns, register-tiled over rows and column vectors; see
     the module docstring. ``acc_vectors``: accumulator vectors of one tile, ``max_rows``: its
@@ -150,10 +172,16 @@ class MatmulKN(CPUScheduleRule):
                     return None
                 lanes = packed
             nv = packed // lanes
-        else:
+        batch_ext = math.prod(extents[: len(batch)])
+        by_batch = not packed and batch_ext >= BATCH_PARALLEL and not _weight_is_shared(sch, mm)
+        acc_vectors, max_rows = self._tile_limits(target)
+        if by_batch:
+            # the batches are the parallel loop (attention's heads): the column tile needs
+            # no count of its own, so it is the one that wastes the fewest FMAs
+            nv = _column_vectors(n_ext, lanes, self.max_col_vectors, acc_vectors, max_rows)
+        elif not packed:
             # column vectors per tile: as many as fit, keeping four tiles for the vEUs
             nv = max(1, min(self.max_col_vectors, n_ext // lanes // 4))
-        acc_vectors, max_rows = self._tile_limits(target)
         rows = max(1, min(max_rows, acc_vectors // nv))
         mr = split_divisible(m_ext, rows)
         if mr < rows and m_ext >= rows:  # e.g. 197 rows: overlap the last row tile instead
@@ -163,20 +191,23 @@ class MatmulKN(CPUScheduleRule):
         no, nin = sch.split(n, [None, tile])
         nvl, ni = sch.split(nin, [nv, lanes])
         # the column tiles are the parallel loop (not fused with the rows: the last tile's
-        # shift needs the tile loop's own variable); batches and row tiles run inside
-        sch.reorder(no, *batch, mo, k, mi, nvl, ni)
+        # shift needs the tile loop's own variable); batches and row tiles run inside.
+        # Or the batches are, with column and row tiles inside
+        outer = [*batch, no] if by_batch else [no, *batch]
+        sch.reorder(*outer, mo, k, mi, nvl, ni)
         acc = sch.cache_write(mm, 0, "local")
         if not inline_epilogue(sch, acc):
             return None
         sch.reverse_compute_at(acc, mo, preserve_unit_loops=True)
-        par = no
+        par = (sch.fuse(*batch) if len(batch) > 1 else batch[0]) if by_batch else no
         sch.vectorize(ni)
         sch.unroll(mi)
         sch.unroll(nvl)
         sch.parallel(par)  # before decompose_reduction (see conv2d_nchw)
         init = sch.decompose_reduction(mm, k)
         for block in (init, acc):
-            loops = sch.get_loops(block)[2 + len(batch) :]  # under par, batches, m_o
+            # under the parallel loop, the other outer loops and m_o
+            loops = sch.get_loops(block)[3 if by_batch else 2 + len(batch) :]
             if sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
                 outer, inner = sch.split(loops[-1], [None, lanes])
                 sch.vectorize(inner)
