@@ -23,7 +23,8 @@ import pytest
 TRIALS = 8  # the whole model: 4 per tuned operator
 PER_ITER = 4
 # the convolution's constant weight is packed into output-channel panels on llvm
-# (backend/cpu/pack_conv_weights.py): what is tuned, and what compile looks up, is that call
+# (backend/cpu/pack_conv_weights.py; 8 input channels: fewer, as in an RGB stem, are left
+# unpacked): what is tuned, and what compile looks up, is that call
 TUNED_OPS = ("fused_conv2d_packed_relu", "matmul")
 
 # The tuned database is a module fixture that takes minutes: one xdist worker builds it once.
@@ -37,7 +38,7 @@ def _tiny_onnx(path: str, conv: bool = True) -> str:
 
     rng = np.random.default_rng(0)
     inits = [
-        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32"), "w"),
+        numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype("float32"), "w"),
         numpy_helper.from_array(rng.standard_normal((512, 16)).astype("float32"), "m"),
         numpy_helper.from_array(np.array([1, 512], dtype="int64"), "shape"),
     ]
@@ -47,7 +48,7 @@ def _tiny_onnx(path: str, conv: bool = True) -> str:
         helper.make_node("Reshape", ["r", "shape"], ["f"]),
         helper.make_node("MatMul", ["f", "m"], ["y"]),
     ]
-    x_shape = [1, 3, 8, 8]
+    x_shape = [1, 8, 8, 8]
     if not conv:
         nodes, inits, x_shape = nodes[3:], inits[1:2], [1, 512]
         nodes[0].input[0] = "x"
@@ -176,7 +177,7 @@ def test_compile_uses_tuned_kernels_and_numerics_match(tuned):
     from tvm_rtask.testing.onnx_light import onnxruntime_outputs
     from tvm_rtask.testing.run import run_executable
 
-    inputs = {"x": np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype("float32")}
+    inputs = {"x": np.random.default_rng(1).standard_normal((1, 8, 8, 8)).astype("float32")}
     (expected,) = onnxruntime_outputs(onnx.load(tuned["model"]), inputs)
     (plain,) = run_executable(tvm_rtask.compile(tuned["model"], "llvm", num_veu=2), inputs)
     (with_db,) = run_executable(

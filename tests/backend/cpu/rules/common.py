@@ -91,3 +91,14 @@ def assert_close(actual, expected, tol=1e-5):
     """Relative error (max |a - e| / max |e|) within ``tol``."""
     error = float(np.max(np.abs(actual - expected)) / max(float(np.max(np.abs(expected))), 1e-30))
     assert error < tol, error
+
+
+def softmax_func(shape, axis=-1):
+    """The fused PrimFunc of ``softmax(x, axis)`` over an input of ``shape``."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.softmax(x, axis=axis))
+        bb.emit_func_output(out)
+    return fused_func(bb.get())

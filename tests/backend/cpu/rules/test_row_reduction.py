@@ -14,6 +14,7 @@ from tests.backend.cpu.rules.common import (
     matmul_module,
     random_args,
     run,
+    softmax_func,
 )
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, RowReduction, schedule_cpu_func
 from tvm_rtask.backend.cpu.tuned import outer_parallel_extent
@@ -72,13 +73,7 @@ def test_global_average_pooling_is_scheduled_and_matches():
 def test_declines_a_single_row_that_it_would_parallelise_by_element():
     # dlight's Reduction on a batch-1 softmax over [1, 1000] runs its parallel loop over the
     # 1000 outputs and recomputes the row's max and sum for each: 1000x the work
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, 1000), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.softmax(x, axis=-1))
-        bb.emit_func_output(out)
-    func = fused_func(bb.get())
+    func = softmax_func((1, 1000))
     assert RowReduction().apply(func, NATIVE, False) is None
     scheduled = schedule_cpu_func(func, NATIVE)
     if scheduled is not None:  # another rule may take it; never one parallel over elements

@@ -4,20 +4,17 @@ import numpy as np
 import pytest
 from tvm import relax
 
-from tests.backend.cpu.rules.common import LLVM, NATIVE, assert_close, fused_func, run
+from tests.backend.cpu.rules.common import (
+    LLVM,
+    NATIVE,
+    assert_close,
+    fused_func,
+    run,
+    softmax_func,
+)
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, RowSoftmax, schedule_cpu_func
 from tvm_rtask.backend.cpu.rules.base import vector_lanes
 from tvm_rtask.backend.cpu.tuned import outer_parallel_extent
-
-
-def _softmax(shape, axis=-1):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.softmax(x, axis=axis))
-        bb.emit_func_output(out)
-    return fused_func(bb.get())
 
 
 @pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
@@ -26,8 +23,8 @@ def _softmax(shape, axis=-1):
     [(1, 3, 7, 37), (2, 64), (1, 1000), (1, 2, 5, 197)],
     ids=["tail", "whole_vectors", "one_row", "attention_row"],
 )
-def test_matches_the_unscheduled_softmax(shape, target):
-    func = _softmax(shape)
+def test_matches_the_unscheduledsoftmax_func(shape, target):
+    func = softmax_func(shape)
     scheduled = schedule_cpu_func(func, target)
     assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "RowSoftmax"
     assert outer_parallel_extent(scheduled) == int(np.prod(shape[:-1]))
@@ -41,9 +38,9 @@ def test_matches_the_unscheduled_softmax(shape, target):
 
 
 def test_declines_other_axes_short_rows_and_other_functions():
-    assert RowSoftmax().apply(_softmax((1, 64, 37), axis=1), NATIVE, False) is None
+    assert RowSoftmax().apply(softmax_func((1, 64, 37), axis=1), NATIVE, False) is None
     short = vector_lanes(NATIVE) - 1
-    assert RowSoftmax().apply(_softmax((4, short)), NATIVE, False) is None
+    assert RowSoftmax().apply(softmax_func((4, short)), NATIVE, False) is None
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((2, 64), "float32"))
     with bb.function("main", [x]):
