@@ -52,15 +52,13 @@ MIN_INPUT_CHANNELS = 8
 PANEL_VECTORS = (4, 2, 3, 1)
 
 
-def channel_panel(
-    channels: int, lanes: int, registers: int, choices: tuple[int, ...] = PANEL_VECTORS
-) -> int | None:
+def channel_panel(channels: int, lanes: int, registers: int) -> int | None:
     """Output channels per panel: 4, 2, 3 or 1 vectors of ``lanes``, the first that divides
     ``channels`` (at most ``registers / 8`` vectors, so that a register tile keeps room for
     pixels); None when none does. Three vectors only before one (144 channels: 376 -> 320 us
     at 28x28): where two divide, three were as often slower (288 channels at 14x14, 460 ->
     498 us) as faster (96 at 35x35, 651 -> 626 us)."""
-    return panel_width(channels, lanes, max_vectors=registers // 8, choices=choices)
+    return panel_width(channels, lanes, max_vectors=registers // 8, choices=PANEL_VECTORS)
 
 
 def pack_weight(weight: np.ndarray, width: int) -> np.ndarray:

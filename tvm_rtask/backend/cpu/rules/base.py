@@ -63,6 +63,18 @@ def vector_registers(target: Target) -> int:
     return 32 if vector_lanes(target) * 32 >= 512 else 16
 
 
+FMA_BOUND = 2.0  # FMAs per load past which a register tile runs at the FMA units' pace
+
+
+def capped_tile_score(a: int, b: int, extent: int, tile: int) -> float:
+    """How well an ``a x b`` register tile (``a`` values of one operand meet ``b`` of the
+    other: ``a*b`` FMAs per ``a+b`` loads) uses the FMA units, when tiles of ``tile`` cover
+    ``extent`` with the last one shifted back: FMAs per load, counted up to
+    :data:`FMA_BOUND`, times the share of the computed elements that are useful."""
+    computed = -(-extent // tile) * tile
+    return min(a * b / (a + b), FMA_BOUND) * extent / computed
+
+
 def is_copy(sch: s_tir.Schedule, block) -> bool:
     """The block stores a plain load of another buffer (a padding block without padding)."""
     stmt = sch.get(block)

@@ -32,6 +32,7 @@ from tvm.target import Target
 
 from .base import (
     CPUScheduleRule,
+    capped_tile_score,
     epilogue_tail,
     finish_tile_blocks,
     float32_reduction,
@@ -62,21 +63,16 @@ def _panel_width(sch: s_tir.Schedule, block) -> int | None:
     return None
 
 
-FMA_BOUND = 2.0  # FMAs per load at which a tile runs at the FMA units' pace
-
-
 def pixel_tile(width: int, vectors: int, registers: int, acc_vectors: int, max_cols: int) -> int:
     """Output columns of one register tile: at most ``max_cols`` and ``acc_vectors``
     accumulators (``vectors`` per column), and those, the weight vectors and one broadcast
-    within ``registers``; with the most FMAs per load (counted up to :data:`FMA_BOUND`: past
-    it the FMAs, not the loads, set the pace) divided by the columns the shifted last tile
-    computes twice; ties go to wider tiles."""
+    within ``registers``; the best :func:`capped_tile_score` (FMAs per load counted up to
+    where the FMAs, not the loads, set the pace, times the share of the row's columns not
+    computed twice by the shifted last tile); ties go to wider tiles."""
     most = max(1, min(max_cols, min(acc_vectors, registers - vectors - 2) // vectors))
     best, best_key = 1, (0.0, 0)
     for cols in range(1, min(most, width) + 1):
-        computed = -(-width // cols) * cols
-        per_load = min(vectors * cols / (vectors + cols), FMA_BOUND)
-        key = (per_load * width / computed, cols)
+        key = (capped_tile_score(vectors, cols, width, cols), cols)
         if key > best_key:
             best, best_key = cols, key
     return best

@@ -32,6 +32,7 @@ from tvm.target import Target
 
 from .base import (
     CPUScheduleRule,
+    capped_tile_score,
     float32_reduction,
     inline_epilogue,
     loop_var_of,
@@ -112,16 +113,14 @@ BATCH_PARALLEL = 4  # batches from which a product without a shared operand runs
 
 def _column_vectors(n: int, lanes: int, most: int, acc_vectors: int, max_rows: int) -> int:
     """Vectors of columns per tile when the column tiles need not run in parallel: the
-    most FMAs per load (counted up to 2, where the FMA units set the pace) divided by the
-    columns the shifted last tile computes twice."""
+    best :func:`capped_tile_score` of its rows and vectors over the ``n`` columns."""
     best, best_key = 1, (0.0, 0)
     for nv in range(1, most + 1):
         tile = nv * lanes
         if tile > n:
             break
         rows = max(1, min(max_rows, acc_vectors // nv))
-        computed = -(-n // tile) * tile
-        key = (min(rows * nv / (rows + nv), 2.0) * n / computed, nv)
+        key = (capped_tile_score(rows, nv, n, tile), nv)
         if key > best_key:
             best, best_key = nv, key
     return best

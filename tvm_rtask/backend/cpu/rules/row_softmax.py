@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+import tvm_ffi
 from tvm import s_tir, te, tirx
 from tvm.target import Target
 
@@ -45,14 +46,18 @@ def _softmax_shape(func: tirx.PrimFunc) -> list[int] | None:
     shapes = [[int(d) if isinstance(d, tirx.IntImm) else None for d in t.shape] for t in types]
     if shapes[0] != shapes[1] or None in shapes[0] or len(shapes[0]) < 2:
         return None
-    sch = s_tir.Schedule(func)
-    try:
-        blocks = [sch.get(sch.get_sblock(name)) for name in SOFTMAX_BLOCKS]
-    except (s_tir.ScheduleError, ValueError):
+    # the blocks by name, without a schedule: this runs on every function the rules before
+    # it left (most are element-wise)
+    blocks = {}
+
+    def visit(node):
+        if isinstance(node, s_tir.SBlock) and node.name_hint != "root":
+            blocks[node.name_hint] = node
+
+    tvm_ffi.structural_walk(func.body, visit)
+    if sorted(blocks) != sorted(SOFTMAX_BLOCKS):
         return None
-    if len(sch.get_child_blocks(sch.get_sblock("root"))) != len(SOFTMAX_BLOCKS):
-        return None
-    maxelem = blocks[0].writes[0].source.ty
+    maxelem = blocks[SOFTMAX_BLOCKS[0]].writes[0].source.ty
     if [int(d) for d in maxelem.shape] != shapes[0][:-1]:
         return None  # softmax over another axis
     return shapes[0]
