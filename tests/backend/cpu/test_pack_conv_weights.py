@@ -23,10 +23,13 @@ from tvm_rtask.backend.cpu.pack_conv_weights import (
     PackConvWeights,
     channel_panel,
     pack_weight,
+    packs_pointwise,
+    pointwise_panel,
 )
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, Conv2dPackedNCHW, schedule_cpu_func
 from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
 from tvm_rtask.backend.cpu.rules.conv2d_packed import pixel_tile
+from tvm_rtask.backend.cpu.tuned import outer_parallel_extent
 
 
 def _module(cin, cout, hw, kernel, stride=(1, 1), pad=(0, 0), dilation=(1, 1), groups=1):
@@ -108,7 +111,8 @@ def test_spatial_convolutions_become_packed_calls_and_the_others_stay():
     packed = PackConvWeights(lanes, registers)(_module(16, 32, (9, 9), (3, 3), pad=(1, 1)))
     assert PACKED_NAME in called_names(packed) and "relax.nn.conv2d" not in called_names(packed)
     for kept in (
-        _module(16, 32, (9, 9), (1, 1)),  # 1x1: a GEMM for Conv2dNCHW
+        _module(16, 32, (12, 12), (1, 1)),  # 1x1 on 144 pixels: a GEMM for Conv2dNCHW
+        _module(16, 48, (7, 7), (1, 1)),  # 1x1 whose panels cannot be an even count
         _module(3, 32, (17, 17), (3, 3), stride=(2, 2), pad=(1, 1)),  # an RGB stem
         _module(16, 32, (9, 9), (3, 3), groups=2),  # grouped
         _module(16, 24, (9, 9), (3, 3)),  # channels not a multiple of the lanes
@@ -127,6 +131,9 @@ CASES = {
     "3x3_narrow": (8, 64, (5, 3), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # row < a tile
     "3x3_asymmetric_pad": (8, 16, (16, 16), (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),
     "3x3_three_vector_panel": (8, 144, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    # 1x1 on small maps: pixels flattened into one axis (the last tile shifted back)
+    "1x1_7x7": (64, 128, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    "1x1_s2_to_7x7": (32, 96, (13, 13), (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
 }
 
 
@@ -200,6 +207,31 @@ def test_compiled_model_with_packed_convolutions_matches_tvm(policy):
     ex = tvm_rtask.compile(mod, "llvm-native", policy=policy, db=False)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
     assert_close(got, expected)
+
+
+def test_small_maps_send_their_1x1_convolutions_to_the_panels():
+    # 49 pixels: the GEMM's tiles of four vectors compute 64; 64 pixels: none wasted; 196:
+    # measured slower in the models as panels (DenseNet-121's 14x14 layers)
+    assert packs_pointwise(49, 16) and packs_pointwise(81, 16)
+    assert not packs_pointwise(64, 16) and not packs_pointwise(196, 16)
+    assert packs_pointwise(49, 8) and not packs_pointwise(96, 8)
+
+
+@pytest.mark.parametrize(
+    "channels, width",
+    [(2048, 64), (192, 32), (320, 32), (64, 32), (96, 48), (160, 16), (48, None), (24, None)],
+)
+def test_pointwise_panels_come_in_even_counts(channels, width):
+    assert pointwise_panel(channels, 16, 32) == width
+
+
+def test_packed_pointwise_convolutions_run_their_panels_in_parallel():
+    """A 1x1 packed convolution: the panels are the parallel loop and the pixels one axis."""
+    func = _packed_func(_module(64, 128, (7, 7), (1, 1)), NATIVE)
+    scheduled = schedule_cpu_func(func, NATIVE)
+    assert str(scheduled.attrs[RULE_ATTR]) == "Conv2dPackedNCHW"
+    # 128 channels in panels of 64: two parallel rTasks, each over all 49 pixels
+    assert outer_parallel_extent(scheduled.with_attr("global_symbol", "main")) == 2
 
 
 @pytest.mark.parametrize("width, cols", [(56, 4), (28, 4), (112, 4), (14, 5), (7, 4)])

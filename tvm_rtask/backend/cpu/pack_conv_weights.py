@@ -16,11 +16,14 @@ the vector registers (four on AVX-512, two on AVX2). The products are summed in 
 order as the unpacked convolution's, so outputs agree to rounding of the accumulation order
 of the rule that schedules them.
 
-1x1 convolutions stay with ``Conv2dNCHW``, which runs them as GEMMs over the pixel axis
-(whole vectors for any shape), and so do convolutions of fewer than
-:data:`MIN_INPUT_CHANNELS` input channels (stems). The pass runs in RTaskPrepare as the llvm
-backend's own pass (``CPUBackend.prepare_passes``), before legalization; the call carries
-``op_pattern`` 4, so the bias add and activation still fuse into it.
+1x1 convolutions stay with ``Conv2dNCHW``, which runs them as GEMMs over the pixel axis, except
+on small maps where its tiles of pixel vectors compute much more than the map
+(:func:`packs_pointwise`: 49 pixels in 64), which take panels in an even count
+(:func:`pointwise_panel`) and run with their pixels flattened. Convolutions of fewer than
+:data:`MIN_INPUT_CHANNELS` input channels (stems) stay unpacked too. The pass runs in
+RTaskPrepare as the llvm backend's own pass (``CPUBackend.prepare_passes``), before
+legalization; the call carries ``op_pattern`` 4, so the bias add and activation still fuse
+into it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,25 @@ MIN_INPUT_CHANNELS = 8
 
 
 PANEL_VECTORS = (4, 2, 3, 1)
+# Conv2dNCHW runs a 1x1 convolution as a GEMM over the pixel axis, in tiles of up to
+# GEMM_TILE_VECTORS vectors with the last one shifted back: where those compute
+# POINTWISE_OVERCOMPUTE times the pixels or more (49 pixels: 64), the channel panels waste
+# less, on maps of at most POINTWISE_MAX_PIXELS (at 14x14 the panels ran faster alone but
+# slower in DenseNet-121 and MobileNet v2; docs/kernel-quality.md, seventh session).
+GEMM_TILE_VECTORS = 4
+POINTWISE_OVERCOMPUTE = 1.1
+POINTWISE_MAX_PIXELS = 100
+
+
+def packs_pointwise(pixels: int, lanes: int) -> bool:
+    """A 1x1 convolution of ``pixels`` output pixels goes to the channel panels: a small map
+    on which the GEMM's pixel tiles would compute :data:`POINTWISE_OVERCOMPUTE` times its
+    pixels or more."""
+    tile = GEMM_TILE_VECTORS * lanes
+    return (
+        pixels <= POINTWISE_MAX_PIXELS
+        and -(-pixels // tile) * tile >= POINTWISE_OVERCOMPUTE * pixels
+    )
 
 
 def channel_panel(channels: int, lanes: int, registers: int) -> int | None:
@@ -59,6 +81,18 @@ def channel_panel(channels: int, lanes: int, registers: int) -> int | None:
     at 28x28): where two divide, three were as often slower (288 channels at 14x14, 460 ->
     498 us) as faster (96 at 35x35, 651 -> 626 us)."""
     return panel_width(channels, lanes, max_vectors=registers // 8, choices=PANEL_VECTORS)
+
+
+def pointwise_panel(channels: int, lanes: int, registers: int) -> int | None:
+    """Output channels per panel of a 1x1 convolution: as :func:`channel_panel`, but only
+    widths that give an even count of panels (the panels are its parallel loop, and
+    nothing else is: 192 channels in three panels of 64 kept one of two vEUs idle a third
+    of the time)."""
+    for vectors in PANEL_VECTORS:
+        width = panel_width(channels, lanes, max_vectors=registers // 8, choices=(vectors,))
+        if width is not None and (channels // width) % 2 == 0:
+            return width
+    return None
 
 
 def pack_weight(weight: np.ndarray, width: int) -> np.ndarray:
@@ -124,14 +158,20 @@ class _Rewriter(relax.PyExprMutator):
         weight = self._constant_weight(w)
         if weight is None or weight.shape[1] != x_shape[1]:
             return call
-        if weight.shape[2] * weight.shape[3] == 1:  # 1x1: a GEMM for Conv2dNCHW
-            return call
+        padding = ints(attrs.padding)
+        if weight.shape[2] * weight.shape[3] == 1:
+            strides = ints(attrs.strides)
+            pixels = ((x_shape[2] - 1) // strides[0] + 1) * ((x_shape[3] - 1) // strides[-1] + 1)
+            if any(padding) or not packs_pointwise(pixels, self.lanes):
+                return call
         if weight.shape[1] < MIN_INPUT_CHANNELS:  # an image's stem: Conv2dNCHW is faster
             return call
-        width = channel_panel(weight.shape[0], self.lanes, self.registers)
+        if weight.shape[2] * weight.shape[3] == 1:
+            width = pointwise_panel(weight.shape[0], self.lanes, self.registers)
+        else:
+            width = channel_panel(weight.shape[0], self.lanes, self.registers)
         if width is None:
             return call
-        padding = ints(attrs.padding)
         if len(padding) == 2:
             padding = padding * 2
         return self.builder_.call_te(

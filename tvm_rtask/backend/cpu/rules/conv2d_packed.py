@@ -19,7 +19,10 @@ Schedule (per register tile of ``T`` channels = ``NC`` vectors x ``P`` output co
 Every step of the reduction loads ``NC`` weight vectors (contiguous: the panel) and ``P``
 input values (broadcast) for ``NC * P`` FMAs. ``P`` is chosen with the registers left after
 the weights, to waste the fewest columns of the row (the last tile overlaps the one before
-it, as in ``Conv2dNCHW``). Returns None for anything but a ``conv2d_packed``-shaped block.
+it, as in ``Conv2dNCHW``). A 1x1 convolution without padding (packed on small maps only)
+runs on one pixel axis ``p = y*W + x`` instead of row by row, so its tiles cross the rows
+(49 pixels: ten tiles of five, where rows of seven took two tiles of four each). Returns
+None for anything but a ``conv2d_packed``-shaped block.
 """
 
 from __future__ import annotations
@@ -78,6 +81,12 @@ def pixel_tile(width: int, vectors: int, registers: int, acc_vectors: int, max_c
     return best
 
 
+def _pointwise(pads: list, extents: list[int]) -> bool:
+    """A 1x1 convolution without padding: its output pixels flatten into one axis (each
+    reads one input pixel, broadcast; strided or not)."""
+    return not pads and extents[5] == 1 and extents[6] == 1
+
+
 class Conv2dPackedNCHW(CPUScheduleRule):
     """Output-channel-vectorised direct convolution over packed weights; see the module
     docstring. ``acc_vectors``: the most accumulator vectors of a tile (with AVX2's 16
@@ -96,7 +105,9 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         max_cols: int = 8,
         max_unroll_rx: int = 7,
         unroll_write_columns: bool = False,
+        flatten: bool = True,
     ):
+        self.flatten = flatten
         self.unroll_write_columns = unroll_write_columns
         self.acc_vectors = acc_vectors
         self.max_cols = max_cols
@@ -117,6 +128,17 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         if pads is None:
             return None
         x_ext, rx_ext = extents[3], extents[6]
+        width = x_ext
+        flat = self.flatten and _pointwise(pads, extents)
+        if flat:
+            # a 1x1 convolution: one pixel axis p = y*W + x, tiled across the rows
+            sch.transform_block_layout(
+                conv, lambda n_, f_, y_, x_, c_, i_, j_: (n_, f_, y_ * width + x_, c_, i_, j_)
+            )
+            n, f, x, rc, ry, rx = sch.get_loops(conv)
+            y = sch.add_unit_loop(x)
+            sch.reorder(y, x)
+            x_ext = extents[2] * width
         vectors = panel // lanes
         cols = pixel_tile(x_ext, vectors, vector_registers(target), self.acc_vectors, self.max_cols)
         fo, fin = sch.split(f, [None, panel])
@@ -125,10 +147,17 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         sch.reorder(n, fo, y, xo, rc, ry, rx, fv, xi, fl)
         acc = sch.cache_write(conv, 0, "local")
         # channels innermost in the accumulator, as in the vectors (else a strided gather)
-        sch.transform_layout(conv, ("write", 0), lambda n_, f_, y_, x_: (n_, y_, x_, f_))
+        if flat:
+            sch.transform_layout(
+                conv, ("write", 0), lambda n_, f_, y_, x_: (n_, y_ * width + x_, f_)
+            )
+        else:
+            sch.transform_layout(conv, ("write", 0), lambda n_, f_, y_, x_: (n_, y_, x_, f_))
         handled, tail = epilogue_tail(sch, acc)
         if not handled:
             return None
+        if flat:
+            sch.transform_block_layout(acc, lambda n_, f_, y_, x_: (n_, f_, y_ * width + x_))
         sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
         par = sch.fuse(n, fo, y)
         for pad in pads:
@@ -137,8 +166,12 @@ class Conv2dPackedNCHW(CPUScheduleRule):
             return None
         # the write-back in channel vectors: bias loads and the activation vectorise, the
         # stores go to one column of F/T rows each
-        wf, wy, wx = sch.get_loops(acc)[-3:]
-        sch.reorder(wy, wx, wf)
+        if flat:
+            wf, wx = sch.get_loops(acc)[-2:]
+            sch.reorder(wx, wf)
+        else:
+            wf, wy, wx = sch.get_loops(acc)[-3:]
+            sch.reorder(wy, wx, wf)
         wv, wl = sch.split(wf, [vectors, lanes])
         sch.vectorize(wl)
         sch.unroll(wv)
