@@ -159,17 +159,16 @@ class _Rewriter(relax.PyExprMutator):
         if weight is None or weight.shape[1] != x_shape[1]:
             return call
         padding = ints(attrs.padding)
-        if weight.shape[2] * weight.shape[3] == 1:
+        pointwise = weight.shape[2] * weight.shape[3] == 1
+        if pointwise:
             strides = ints(attrs.strides)
             pixels = ((x_shape[2] - 1) // strides[0] + 1) * ((x_shape[3] - 1) // strides[-1] + 1)
             if any(padding) or not packs_pointwise(pixels, self.lanes):
                 return call
         if weight.shape[1] < MIN_INPUT_CHANNELS:  # an image's stem: Conv2dNCHW is faster
             return call
-        if weight.shape[2] * weight.shape[3] == 1:
-            width = pointwise_panel(weight.shape[0], self.lanes, self.registers)
-        else:
-            width = channel_panel(weight.shape[0], self.lanes, self.registers)
+        choose = pointwise_panel if pointwise else channel_panel
+        width = choose(weight.shape[0], self.lanes, self.registers)
         if width is None:
             return call
         if len(padding) == 2:
