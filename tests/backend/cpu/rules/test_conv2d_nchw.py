@@ -310,3 +310,31 @@ def test_1x1_with_more_pixels_than_channels_runs_its_pixel_tiles_in_parallel(tar
     assert_close(run(scheduled, args, target), run(func, args, target))
     wide = schedule_cpu_func(fused_func(conv_module(64, 256, 7, 1, 1, 0)), target)
     assert outer_parallel_extent(wide) <= 4  # 49 pixels, 256 channels: channel groups
+
+
+@pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
+@pytest.mark.parametrize(
+    "channels_in, channels_out, size",
+    [(64, 40, 13), (32, 16, 15), (48, 256, 14)],
+    ids=["pixel-tiles-parallel", "small", "channel-groups-parallel"],
+)
+def test_1x1_on_planes_of_partial_vectors_reads_aligned_strips(
+    target, channels_in, channels_out, size
+):
+    """Channel planes that are not whole vectors (13x13: 169 floats): each pixel tile's
+    input strip is copied into a buffer of its own (``x_global``) before its channel
+    blocks read it, the last tile still shifted back; the numerics are unchanged."""
+    func = fused_func(conv_module(channels_in, channels_out, size, 1, 1, 0))
+    scheduled = schedule_cpu_func(func, target)
+    assert is_rule_scheduled(scheduled)
+    script = scheduled.script()
+    assert 'T.sblock("x_global")' in script and "T.min(" in script
+    plain = Conv2dNCHW(aligned_strips=False).apply(func, target, False)
+    assert 'T.sblock("x_global")' not in plain.script()
+    args = random_args(func)
+    assert_close(run(scheduled, args, target), run(func, args, target))
+
+
+def test_1x1_on_planes_of_whole_vectors_reads_the_input_in_place():
+    func = fused_func(conv_module(64, 40, 16, 1, 1, 0))  # 256 pixels: whole vectors
+    assert 'T.sblock("x_global")' not in schedule_cpu_func(func, NATIVE).script()

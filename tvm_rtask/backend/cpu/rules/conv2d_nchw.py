@@ -23,7 +23,9 @@ Every step of the reduction loads ``FI`` weights (broadcast) and ``YR`` input ve
 
 1x1 convolutions (stride 1, no padding) run on one pixel axis ``p = y*W + x`` as GEMMs: the
 parallel loop holds channel groups, each pixel tile of ``YR`` vectors meets every channel
-block of its group (the input is read once, the group's weights stay in L2).
+block of its group (the input is read once, the group's weights stay in L2). Where a channel
+plane is not a whole number of vectors (13x13: 169 floats), each tile's input strip is first
+copied into a buffer of its own, so that no pixel vector straddles two cache lines.
 
 Columns: ``XV`` is one vector (the target's lanes) when the row is at least that wide; when
 the vector does not divide the row, the last tile starts at ``W - XV`` and recomputes a few
@@ -181,6 +183,23 @@ def _parallel_pixel_tile(channels, rows, acc_vectors, max_block, max_rows, pixel
     return best
 
 
+def _aligned_strip(sch: s_tir.Schedule, conv, width: int, tile_loop, lanes: int) -> None:
+    """Copy the input strip of each pixel tile of a flattened 1x1 convolution (every input
+    channel, the tile's pixels) into a buffer of its own before the channel blocks read
+    it, so that no pixel vector straddles two cache lines where an input channel plane is
+    not a whole number of vectors (13x13: 676 bytes; docs/kernel-quality.md)."""
+    strip = sch.cache_read(conv, _input_read(sch, conv), "global")
+    flat_pixels = lambda n_, c_, h_, w_: (n_, c_, h_ * width + w_)  # noqa: E731
+    sch.transform_layout(strip, ("write", 0), flat_pixels)
+    sch.transform_block_layout(strip, flat_pixels)
+    sch.compute_at(strip, tile_loop, preserve_unit_loops=True)
+    inner = sch.get_loops(strip)[-1]
+    extent = extent_of(sch, inner)
+    if extent is not None and extent % lanes == 0:
+        _, vec = sch.split(inner, [None, lanes])
+        sch.vectorize(vec)
+
+
 def tail_in_tile(sch: s_tir.Schedule, tail, par, lanes: int) -> bool:
     """The epilogue left after the write-back (``epilogue_tail``: e.g. the multiply by a
     squeeze-and-excitation scale, read at ``[n, c, 0, 0]`` and broadcast over the pixels)
@@ -213,8 +232,10 @@ class Conv2dNCHW(CPUScheduleRule):
     for paired measurements (``bench/cpu_ops.py --baseline``): ``narrow_strided`` (strided
     rows narrower than a vector scheduled), ``pixels_outer`` (1x1: pixel tiles outside the
     channel blocks), ``pixel_waste`` (1x1: the tile counts the shifted last tile's
-    overcompute); ``min_strided_macs``: fewer MACs an output than this and a strided
-    convolution is declined.
+    overcompute), ``aligned_strips`` (1x1: input strips copied where the channel planes
+    are not whole vectors: alone, ``512 -> 1000`` at 13x13 784 -> 619 us, ``768 -> 192``
+    at 17x17 435 -> 359); ``min_strided_macs``: fewer MACs an output than this and a
+    strided convolution is declined.
     """
 
     def __init__(
@@ -232,7 +253,9 @@ class Conv2dNCHW(CPUScheduleRule):
         pixel_waste: bool = True,
         pixel_parallel: bool = True,
         min_pixel_tiles: int = 4,
+        aligned_strips: bool = True,
     ):
+        self.aligned_strips = aligned_strips
         self.pixel_parallel = pixel_parallel
         self.min_pixel_tiles = min_pixel_tiles
         self.pixel_waste = pixel_waste
@@ -386,6 +409,8 @@ class Conv2dNCHW(CPUScheduleRule):
         par = sch.fuse(*outer[:3]) if rows_made and self.pad_once else sch.fuse(*outer)
         for pad in pads:
             sch.compute_at(pad, par, preserve_unit_loops=True)
+        if self.aligned_strips and flat and pixels_outer and x_ext % lanes:
+            _aligned_strip(sch, conv, width, par if pixel_parallel else xo, lanes)
         if tail is not None and not tail_in_tile(sch, tail, par, lanes):
             return None
         # vectorize and parallelize before decompose_reduction: TVM 0.27 refuses to vectorize
