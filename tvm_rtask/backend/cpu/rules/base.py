@@ -75,6 +75,28 @@ def capped_tile_score(a: int, b: int, extent: int, tile: int) -> float:
     return min(a * b / (a + b), FMA_BOUND) * extent / computed
 
 
+def flatten_conv_pixels(sch: s_tir.Schedule, conv, width: int) -> list:
+    """The loops of convolution block ``conv`` (``n, f, y, x`` spatial, ``rc, ry, rx``
+    reduction) with its output pixels on one axis ``p = y*width + x``, as ``[n, f, y, p,
+    rc, ry, rx]`` where ``y`` is now a unit loop (a 1x1 convolution's GEMM form)."""
+    sch.transform_block_layout(
+        conv, lambda n_, f_, y_, x_, c_, i_, j_: (n_, f_, y_ * width + x_, c_, i_, j_)
+    )
+    n, f, x, rc, ry, rx = sch.get_loops(conv)
+    y = sch.add_unit_loop(x)
+    sch.reorder(y, x)
+    return [n, f, y, x, rc, ry, rx]
+
+
+def vectorize_whole(sch: s_tir.Schedule, loop, lanes: int) -> None:
+    """Split ``loop`` into vectors of ``lanes`` and vectorize them, when its extent is
+    constant and a multiple of ``lanes`` (else it is left to LLVM's loop vectorizer)."""
+    extent = extent_of(sch, loop)
+    if extent is not None and extent % lanes == 0:
+        _, vec = sch.split(loop, [None, lanes])
+        sch.vectorize(vec)
+
+
 def is_copy(sch: s_tir.Schedule, block) -> bool:
     """The block stores a plain load of another buffer (a padding block without padding)."""
     stmt = sch.get(block)

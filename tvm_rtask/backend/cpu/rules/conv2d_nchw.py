@@ -45,10 +45,12 @@ from .base import (
     epilogue_tail,
     extent_of,
     finish_tile_blocks,
+    flatten_conv_pixels,
     float32_reduction,
     loops_below,
     split_producers,
     vector_lanes,
+    vectorize_whole,
     with_last_tile_shifted,
 )
 
@@ -193,11 +195,7 @@ def _aligned_strip(sch: s_tir.Schedule, conv, width: int, tile_loop, lanes: int)
     sch.transform_layout(strip, ("write", 0), flat_pixels)
     sch.transform_block_layout(strip, flat_pixels)
     sch.compute_at(strip, tile_loop, preserve_unit_loops=True)
-    inner = sch.get_loops(strip)[-1]
-    extent = extent_of(sch, inner)
-    if extent is not None and extent % lanes == 0:
-        _, vec = sch.split(inner, [None, lanes])
-        sch.vectorize(vec)
+    vectorize_whole(sch, sch.get_loops(strip)[-1], lanes)
 
 
 def tail_in_tile(sch: s_tir.Schedule, tail, par, lanes: int) -> bool:
@@ -215,11 +213,7 @@ def tail_in_tile(sch: s_tir.Schedule, tail, par, lanes: int) -> bool:
     if not below:
         return True
     pixels = below[-2:] if len(below) >= 3 else below[-1:]
-    inner = sch.fuse(*pixels) if len(pixels) > 1 else pixels[0]
-    extent = extent_of(sch, inner)
-    if extent is not None and extent % lanes == 0:
-        _, vec = sch.split(inner, [None, lanes])
-        sch.vectorize(vec)
+    vectorize_whole(sch, sch.fuse(*pixels) if len(pixels) > 1 else pixels[0], lanes)
     return True
 
 
@@ -311,12 +305,7 @@ class Conv2dNCHW(CPUScheduleRule):
         if flat:
             # a 1x1 convolution reads its input pixels contiguously: one pixel axis p = y*W + x
             width = x_ext
-            sch.transform_block_layout(
-                conv, lambda n_, f_, y_, x_, c_, i_, j_: (n_, f_, y_ * width + x_, c_, i_, j_)
-            )
-            n, f, x, rc, ry, rx = sch.get_loops(conv)
-            y = sch.add_unit_loop(x)
-            sch.reorder(y, x)
+            n, f, y, x, rc, ry, rx = flatten_conv_pixels(sch, conv, width)
             x_ext = y_ext * x_ext
             xv = width_tile(x_ext, lanes)
             # ``YR`` counts vectors along the pixel axis: any number that fits. The channel

@@ -38,6 +38,7 @@ from .base import (
     capped_tile_score,
     epilogue_tail,
     finish_tile_blocks,
+    flatten_conv_pixels,
     float32_reduction,
     split_producers,
     vector_lanes,
@@ -132,12 +133,7 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         flat = self.flatten and _pointwise(pads, extents)
         if flat:
             # a 1x1 convolution: one pixel axis p = y*W + x, tiled across the rows
-            sch.transform_block_layout(
-                conv, lambda n_, f_, y_, x_, c_, i_, j_: (n_, f_, y_ * width + x_, c_, i_, j_)
-            )
-            n, f, x, rc, ry, rx = sch.get_loops(conv)
-            y = sch.add_unit_loop(x)
-            sch.reorder(y, x)
+            n, f, y, x, rc, ry, rx = flatten_conv_pixels(sch, conv, width)
             x_ext = extents[2] * width
         vectors = panel // lanes
         cols = pixel_tile(x_ext, vectors, vector_registers(target), self.acc_vectors, self.max_cols)
