@@ -21,6 +21,7 @@ from tests.backend.cpu.rules.common import (
 from tvm_rtask.backend.cpu.pack_conv_weights import (
     PACKED_NAME,
     PackConvWeights,
+    blocked_panel,
     channel_panel,
     pack_weight,
     packs_pointwise,
@@ -28,7 +29,12 @@ from tvm_rtask.backend.cpu.pack_conv_weights import (
 )
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, Conv2dPackedNCHW, schedule_cpu_func
 from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
-from tvm_rtask.backend.cpu.rules.conv2d_packed import pixel_tile
+from tvm_rtask.backend.cpu.rules.conv2d_packed import (
+    band_rows,
+    blocked_columns,
+    k_block,
+    pixel_tile,
+)
 from tvm_rtask.backend.cpu.tuned import outer_parallel_extent
 
 
@@ -134,6 +140,12 @@ CASES = {
     # 1x1 on small maps: pixels flattened into one axis (the last tile shifted back)
     "1x1_7x7": (64, 128, (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
     "1x1_s2_to_7x7": (32, 96, (13, 13), (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    # K-blocked (rows of whole tiles): 64 input channels in blocks of 8, bands of rows
+    "3x3_7x7_k_blocked": (64, 64, (7, 7), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3_s2_to_7x7_k_blocked": (32, 64, (14, 14), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    "3x3_28x28_bands_of_two": (16, 32, (28, 28), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "5x5_35x35_k_blocked": (16, 32, (35, 35), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    "1x3_8x8_k_blocked": (24, 32, (8, 8), (1, 3), (1, 1), (0, 1, 0, 1), (1, 1)),
 }
 
 
@@ -239,3 +251,70 @@ def test_pixel_tile_takes_a_dividing_tile_once_the_fmas_set_the_pace(width, cols
     # four vectors x four columns already issue two FMAs a load: five columns would gain
     # nothing on the FMA units and compute 60 columns for 56 (measured 4-17% slower)
     assert pixel_tile(width, 4, 32, acc_vectors=20, max_cols=8) == cols
+
+
+@pytest.mark.parametrize("k_blocking", [True, False])
+def test_rows_of_whole_tiles_are_blocked_over_the_input_channels(k_blocking):
+    """512 -> 512 3x3 at 7x7 (ResNet's last stage): two-vector panels, a register tile of
+    seven columns (the row), one band of all seven rows a task, and the register tile's
+    partial sums (the ``rfactor`` block) added into the band's accumulators; without the
+    switch, the row-by-row schedule."""
+    func = _packed_func(_module(512, 512, (7, 7), (3, 3), pad=(1, 1)), NATIVE)
+    assert len(func.params[1].ty.shape) == 5 and int(func.params[1].ty.shape[4]) == 32
+    scheduled = Conv2dPackedNCHW(k_blocking=k_blocking).apply(func, NATIVE, False)
+    scheduled = scheduled if isinstance(scheduled, tvm.tirx.PrimFunc) else scheduled.mod["main"]
+    rfactor = 'sblock("conv2d_packed_rf_update")' in scheduled.script()
+    extent = outer_parallel_extent(scheduled.with_attr("global_symbol", "main"))
+    if k_blocking:
+        assert rfactor
+        assert extent == 512 // 32  # a panel a task, all rows in one band
+    else:
+        assert not rfactor
+        assert extent == 512 // 32 * 7  # a panel and a row a task
+
+
+@pytest.mark.parametrize(
+    "width, vectors, registers, cols",
+    [
+        (7, 2, 32, 7),
+        (14, 2, 32, 7),
+        (56, 2, 32, 8),
+        (35, 2, 32, 7),
+        (8, 2, 32, 8),
+        (7, 4, 32, None),
+        (17, 2, 32, None),
+        (147, 2, 32, None),
+        (7, 2, 16, None),
+        (12, 2, 16, 6),
+    ],
+)
+def test_blocked_columns_divide_the_row_within_the_registers(width, vectors, registers, cols):
+    assert blocked_columns(width, vectors, registers) == cols
+
+
+@pytest.mark.parametrize(
+    "height, width, panels, band",
+    [
+        (7, 7, 16, 7),
+        (14, 14, 8, 14),
+        (14, 14, 4, 7),
+        (28, 28, 1, 2),
+        (56, 56, 2, 2),
+        (7, 7, 1, 1),
+        (35, 35, 3, 5),
+    ],
+)
+def test_bands_hold_few_pixels_and_leave_tasks_for_every_veu(height, width, panels, band):
+    assert band_rows(height, width, panels) == band
+
+
+def test_k_blocks_keep_the_weights_of_a_block_small():
+    # 3x3, 32-channel panels: 1152 bytes an input channel, 16 KB at most: 8 of 512
+    assert k_block(512, 9, 32) == 8 and k_block(96, 9, 32) == 12 and k_block(3, 49, 64) == 1
+
+
+def test_convolutions_the_rule_blocks_get_two_vector_panels():
+    assert blocked_panel(512, 7, 16, 32) == 32  # four-vector panels fit no 7-column tile
+    assert blocked_panel(512, 17, 16, 32) is None  # rows of 17: the row-by-row schedule
+    assert blocked_panel(48, 14, 16, 32) is None  # 48 channels: not a multiple of 32
+    assert channel_panel(512, 16, 32) == 64

@@ -42,6 +42,7 @@ from ...relax_exprs import (
     static_shape_of,
 )
 from .pack_matmul_weights import panel_width
+from .rules.conv2d_packed import blocked_columns
 
 PACKED_NAME = "conv2d_packed"
 # Fewer input channels than this (a stem on an RGB image) and Conv2dNCHW, vectorised along
@@ -81,6 +82,18 @@ def channel_panel(channels: int, lanes: int, registers: int) -> int | None:
     at 28x28): where two divide, three were as often slower (288 channels at 14x14, 460 ->
     498 us) as faster (96 at 35x35, 651 -> 626 us)."""
     return panel_width(channels, lanes, max_vectors=registers // 8, choices=PANEL_VECTORS)
+
+
+def blocked_panel(channels: int, out_width: int, lanes: int, registers: int) -> int | None:
+    """Output channels per panel of a spatial convolution that ``Conv2dPackedNCHW`` blocks
+    over its input channels: two vectors, where whole register tiles of two-vector panels
+    cover its output rows (:func:`~.rules.conv2d_packed.blocked_columns`: rows of 7, 14, 28,
+    56, 35 or 8 columns) and two vectors divide the channels; else None. Four-vector panels
+    leave room for 5 columns, which divide none of those rows."""
+    width = 2 * lanes
+    if channels % width or blocked_columns(out_width, 2, registers) is None:
+        return None
+    return width
 
 
 def pointwise_panel(channels: int, lanes: int, registers: int) -> int | None:
@@ -126,6 +139,12 @@ def _conv2d_packed(x: te.Tensor, packed: te.Tensor, strides, padding, dilation) 
     )
 
 
+def _out_width(in_width: int, kernel: int, attrs, padding: list[int]) -> int:
+    """Output columns of a convolution with NCHW ``attrs`` and four-sided ``padding``."""
+    stride, dilation = ints(attrs.strides)[-1], ints(attrs.dilation)[-1]
+    return (in_width + padding[1] + padding[3] - dilation * (kernel - 1) - 1) // stride + 1
+
+
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int, registers: int) -> None:
@@ -167,12 +186,19 @@ class _Rewriter(relax.PyExprMutator):
                 return call
         if weight.shape[1] < MIN_INPUT_CHANNELS:  # an image's stem: Conv2dNCHW is faster
             return call
-        choose = pointwise_panel if pointwise else channel_panel
-        width = choose(weight.shape[0], self.lanes, self.registers)
-        if width is None:
-            return call
         if len(padding) == 2:
             padding = padding * 2
+        if pointwise:
+            width = pointwise_panel(weight.shape[0], self.lanes, self.registers)
+        else:
+            width = blocked_panel(
+                weight.shape[0],
+                _out_width(x_shape[3], weight.shape[3], attrs, padding),
+                self.lanes,
+                self.registers,
+            ) or channel_panel(weight.shape[0], self.lanes, self.registers)
+        if width is None:
+            return call
         return self.builder_.call_te(
             _conv2d_packed,
             x,

@@ -23,6 +23,25 @@ it, as in ``Conv2dNCHW``). A 1x1 convolution without padding (packed on small ma
 runs on one pixel axis ``p = y*W + x`` instead of row by row, so its tiles cross the rows
 (49 pixels: ten tiles of five, where rows of seven took two tiles of four each). Returns
 None for anything but a ``conv2d_packed``-shaped block.
+
+Where whole tiles of 4 to 8 columns cover the row (:func:`blocked_columns`), the
+reduction is blocked over the input channels instead (K-blocking), so that a block of the
+panel's weights is read from L1 by every pixel of a band of rows, not streamed from L2 (or
+memory) once per row::
+
+    for p in T.parallel(N * F/T * H/band):   # a panel and a band of rows: the rTask loop
+        band_acc[band, W, T] = 0             # in memory (L1)
+        for rc_o in range(C / KB):           # KB input channels: weights in L1
+            pad the band's input rows of those channels
+            for y, x_o:                      # every tile of the band
+                acc[P, NC, lanes] = 0        # register tile, as above, over rc_i < KB
+                ...
+                band_acc[y, x_o*P:, :] += acc
+        for y, x, v: out[f, y, x] = relu(band_acc + bias)
+
+Alone, 2 threads: ResNet's ``512 -> 512`` 3x3 at 7x7 1070 -> 745 us, ``512 -> 512`` 3x3/2
+from 14x14 1305 -> 831, ``256 -> 256`` at 14x14 702 -> 625; maps of 28x28 and more 3-8%
+(docs/kernel-quality.md, eighth session).
 """
 
 from __future__ import annotations
@@ -40,12 +59,55 @@ from .base import (
     finish_tile_blocks,
     flatten_conv_pixels,
     float32_reduction,
+    loops_below,
+    split_divisible,
     split_producers,
     vector_lanes,
     vector_registers,
     with_last_tile_shifted,
 )
 from .conv2d_nchw import tail_in_tile
+
+# A K-blocked band of rows holds at most BAND_PIXELS output pixels (its accumulators: 25 KB
+# with 32-channel panels); the bands and panels make at least MIN_BAND_TASKS parallel tasks
+# where the rows allow. A block of input channels takes at most K_BLOCK_BYTES of the panel's
+# weights (3x3, 32 channels: 8 input channels, 9 KB; 8 and 32 ran within 2-4% of each other).
+BAND_PIXELS = 196
+MIN_BAND_TASKS = 8
+K_BLOCK_BYTES = 16 * 1024
+BLOCKED_MIN_COLUMNS = 4
+
+
+def blocked_columns(width: int, vectors: int, registers: int, max_cols: int = 8) -> int | None:
+    """Columns of a K-blocked register tile over rows of ``width``: the widest tile of
+    :data:`BLOCKED_MIN_COLUMNS` to ``max_cols`` columns that divides the row (a shifted last
+    tile would add its overlap into the band's accumulators twice) and leaves room in
+    ``registers`` for ``vectors`` weights and a broadcast; None when none does (rows of 17
+    columns, or 7 with four-vector panels), and for rows too wide for a band of two (147
+    columns: one row a task, 2-3% slower than unblocked)."""
+    if 2 * width > BAND_PIXELS:
+        return None
+    most = min(max_cols, (registers - vectors - 2) // vectors)
+    cols = split_divisible(width, most)
+    return cols if cols >= BLOCKED_MIN_COLUMNS else None
+
+
+def band_rows(height: int, width: int, panels: int) -> int:
+    """Rows of one K-blocked task: the most that divide ``height`` within
+    :data:`BAND_PIXELS` pixels while the panels and bands still make
+    :data:`MIN_BAND_TASKS` tasks (one row at least)."""
+    for band in range(height, 0, -1):
+        if height % band or band * width > BAND_PIXELS:
+            continue
+        if panels * (height // band) >= MIN_BAND_TASKS:
+            return band
+    return 1
+
+
+def k_block(channels: int, kernel_elems: int, panel: int) -> int:
+    """Input channels of one K block: the most that divide ``channels`` with their weights
+    (``kernel_elems * panel`` floats each) within :data:`K_BLOCK_BYTES`."""
+    return split_divisible(channels, max(1, K_BLOCK_BYTES // (4 * kernel_elems * panel)))
 
 
 def _panel_width(sch: s_tir.Schedule, block) -> int | None:
@@ -94,7 +156,9 @@ class Conv2dPackedNCHW(CPUScheduleRule):
     registers, fewer: what is left after the weights and the broadcast); ``max_cols``: the
     most columns (with a 3-wide kernel unrolled, LLVM keeps the broadcasts of neighbouring
     columns alive across it: 12 columns of 2 vectors ran 1.9x slower than 8);
-    ``max_unroll_rx``: kernel widths up to this are unrolled; ``unroll_write_columns``: the
+    ``max_unroll_rx``: kernel widths up to this are unrolled; ``k_blocking``: spatial kernels
+    whose rows take whole tiles are blocked over the input channels (module docstring);
+    ``unroll_write_columns``: the
     write-back's columns unrolled too (each column's channel vectors are stores into ``T``
     channel planes, with the epilogue's loads the same way: unrolled, LLVM took 0.1-0.36 s a
     kernel; as a loop, ResNet-18 compiled in 3.7 s instead of 5.6, and ResNet-18, GoogLeNet,
@@ -107,7 +171,9 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         max_unroll_rx: int = 7,
         unroll_write_columns: bool = False,
         flatten: bool = True,
+        k_blocking: bool = True,
     ):
+        self.k_blocking = k_blocking
         self.flatten = flatten
         self.unroll_write_columns = unroll_write_columns
         self.acc_vectors = acc_vectors
@@ -120,7 +186,8 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         )
         if found is None:
             return None
-        sch, conv, (n, f, y, x, rc, ry, rx), extents = found
+        sch, conv, loops, extents = found
+        n, f, y, x, rc, ry, rx = loops
         panel = _panel_width(sch, conv)
         # vectors of the target's lanes; of the panel's width when it is narrower (weights
         # packed for AVX2 scheduled for AVX-512)
@@ -136,6 +203,10 @@ class Conv2dPackedNCHW(CPUScheduleRule):
             n, f, y, x, rc, ry, rx = flatten_conv_pixels(sch, conv, width)
             x_ext = extents[2] * width
         vectors = panel // lanes
+        if self.k_blocking and not flat:
+            cols = blocked_columns(x_ext, vectors, vector_registers(target), self.max_cols)
+            if cols is not None:
+                return self._k_blocked(sch, conv, extents, pads, panel, lanes, cols)
         cols = pixel_tile(x_ext, vectors, vector_registers(target), self.acc_vectors, self.max_cols)
         fo, fin = sch.split(f, [None, panel])
         fv, fl = sch.split(fin, [vectors, lanes])
@@ -183,3 +254,58 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         init = sch.decompose_reduction(conv, rc)
         finish_tile_blocks(sch, (init,), xo, lanes)
         return with_last_tile_shifted(sch, xo, cols, x_ext)
+
+    def _k_blocked(self, sch, conv, extents, pads, panel, lanes, cols):
+        """The K-blocked schedule (module docstring): ``rfactor`` over the channel blocks
+        makes the register tile (its partial sum over one block, computed at the tile loop)
+        and the band's accumulation of those partial sums, each a block TVM can place."""
+        _, f_ext, y_ext, x_ext, c_ext, ry_ext, rx_ext = extents
+        vectors = panel // lanes
+        rc = sch.get_loops(conv)[4]
+        rco, _ = sch.split(rc, [None, k_block(c_ext, ry_ext * rx_ext, panel)])
+        tile = sch.rfactor(rco, 0)
+        n, f, y, x, rco = sch.get_loops(conv)
+        fo, fin = sch.split(f, [None, panel])
+        fv, fl = sch.split(fin, [vectors, lanes])
+        yo, y = sch.split(y, [None, band_rows(y_ext, x_ext, f_ext // panel)])
+        xo, xi = sch.split(x, [None, cols])
+        sch.reorder(n, fo, yo, rco, y, xo, fv, xi, fl)
+        acc = sch.cache_write(conv, 0, "local")
+        sch.transform_layout(conv, ("write", 0), lambda n_, f_, y_, x_: (n_, y_, x_, f_))
+        handled, tail = epilogue_tail(sch, acc)
+        if not handled:
+            return None
+        par = sch.fuse(n, fo, yo)
+        sch.reverse_compute_at(acc, par, preserve_unit_loops=True)
+        sch.compute_at(tile, xo, preserve_unit_loops=True)
+        for pad in pads:
+            sch.compute_at(pad, rco, preserve_unit_loops=True)
+        if tail is not None and not tail_in_tile(sch, tail, par, lanes):
+            return None
+        wf, wy, wx = sch.get_loops(acc)[-3:]
+        sch.reorder(wy, wx, wf)
+        wv, wl = sch.split(wf, [vectors, lanes])
+        sch.vectorize(wl)
+        sch.unroll(wv)
+        # the register tile: channel vectors innermost, as in the unblocked schedule
+        sch.transform_layout(tile, ("write", 0), lambda k, n_, f_, y_, x_: (k, n_, y_, x_, f_))
+        _, _, t_f, _, t_x, t_rc, t_ry, t_rx = loops_below(sch, tile, xo)
+        t_v, t_l = sch.split(t_f, [vectors, lanes])
+        sch.reorder(t_rc, t_ry, t_rx, t_v, t_x, t_l)
+        sch.vectorize(t_l)
+        sch.unroll(t_v)
+        sch.unroll(t_x)
+        if rx_ext <= self.max_unroll_rx:
+            sch.unroll(t_rx)
+        # the tile's partial sums added to the band's accumulators
+        a_v, a_x, a_l = loops_below(sch, conv, xo)
+        sch.reorder(a_x, a_v, a_l)
+        sch.vectorize(a_l)
+        sch.unroll(a_v)
+        sch.unroll(a_x)
+        sch.parallel(par)
+        finish_tile_blocks(sch, (sch.decompose_reduction(tile, t_rc),), xo, lanes)
+        init = loops_below(sch, sch.decompose_reduction(conv, rco), par)
+        if sch.get(init[-1]).kind != tirx.ForKind.VECTORIZED:
+            sch.vectorize(init[-1])
+        return sch
