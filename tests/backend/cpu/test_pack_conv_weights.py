@@ -146,6 +146,7 @@ CASES = {
     "3x3_28x28_bands_of_two": (16, 32, (28, 28), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     "5x5_35x35_k_blocked": (16, 32, (35, 35), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
     "1x3_8x8_k_blocked": (24, 32, (8, 8), (1, 3), (1, 1), (0, 1, 0, 1), (1, 1)),
+    "1x1_8x8_k_blocked": (128, 256, (8, 8), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
 }
 
 
@@ -311,6 +312,25 @@ def test_bands_hold_few_pixels_and_leave_tasks_for_every_veu(height, width, pane
 def test_k_blocks_keep_the_weights_of_a_block_small():
     # 3x3, 32-channel panels: 1152 bytes an input channel, 16 KB at most: 8 of 512
     assert k_block(512, 9, 32) == 8 and k_block(96, 9, 32) == 12 and k_block(3, 49, 64) == 1
+
+
+def test_1x1_convolutions_are_blocked_on_small_maps_with_many_channels():
+    def packed_width(cin, cout, hw, stride=(1, 1)):
+        mod = PackConvWeights(16, 32)(_module(cin, cout, hw, (1, 1), stride=stride))
+        if PACKED_NAME not in called_names(mod):
+            return None
+        return int(
+            _packed_func(_module(cin, cout, hw, (1, 1), stride=stride), NATIVE)
+            .params[1]
+            .ty.shape[4]
+        )
+
+    assert packed_width(1024, 256, (14, 14)) == 32  # ResNet-50's third stage
+    assert packed_width(1024, 2048, (14, 14), stride=(2, 2)) == 32  # to 7x7
+    assert packed_width(384, 64, (14, 14)) is None  # few output channels: the GEMM
+    assert packed_width(96, 576, (14, 14)) is None  # few input channels: the GEMM
+    assert packed_width(128, 512, (28, 28)) is None  # 784 pixels: the GEMM
+    assert packed_width(64, 128, (7, 7)) == 64  # few input channels: flat panels
 
 
 def test_convolutions_the_rule_blocks_get_two_vector_panels():

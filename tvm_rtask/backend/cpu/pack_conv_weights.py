@@ -42,7 +42,7 @@ from ...relax_exprs import (
     static_shape_of,
 )
 from .pack_matmul_weights import panel_width
-from .rules.conv2d_packed import blocked_columns
+from .rules.conv2d_packed import blocked_columns, blocks_pointwise
 
 PACKED_NAME = "conv2d_packed"
 # Fewer input channels than this (a stem on an RGB image) and Conv2dNCHW, vectorised along
@@ -159,6 +159,23 @@ class _Rewriter(relax.PyExprMutator):
         value = expr.value.numpy()
         return value if value.ndim == 4 and value.dtype == np.float32 else None
 
+    def _panel(self, weight_shape, x_shape, attrs, padding) -> int | None:
+        """The panel width of a convolution to pack, or None to leave it unpacked."""
+        channels, in_channels, kh, kw = weight_shape
+        out_width = _out_width(x_shape[3], kw, attrs, padding)
+        blocked = blocked_panel(channels, out_width, self.lanes, self.registers)
+        if kh * kw != 1:
+            return blocked or channel_panel(channels, self.lanes, self.registers)
+        if any(padding):
+            return None
+        stride = ints(attrs.strides)[0]
+        pixels = ((x_shape[2] - 1) // stride + 1) * out_width
+        if blocked and blocks_pointwise(pixels, in_channels, channels):
+            return blocked
+        if packs_pointwise(pixels, self.lanes):
+            return pointwise_panel(channels, self.lanes, self.registers)
+        return None
+
     def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
         call = self.visit_expr_post_order(call)
         if op_name(call) != "relax.nn.conv2d":
@@ -178,25 +195,11 @@ class _Rewriter(relax.PyExprMutator):
         if weight is None or weight.shape[1] != x_shape[1]:
             return call
         padding = ints(attrs.padding)
-        pointwise = weight.shape[2] * weight.shape[3] == 1
-        if pointwise:
-            strides = ints(attrs.strides)
-            pixels = ((x_shape[2] - 1) // strides[0] + 1) * ((x_shape[3] - 1) // strides[-1] + 1)
-            if any(padding) or not packs_pointwise(pixels, self.lanes):
-                return call
-        if weight.shape[1] < MIN_INPUT_CHANNELS:  # an image's stem: Conv2dNCHW is faster
-            return call
         if len(padding) == 2:
             padding = padding * 2
-        if pointwise:
-            width = pointwise_panel(weight.shape[0], self.lanes, self.registers)
-        else:
-            width = blocked_panel(
-                weight.shape[0],
-                _out_width(x_shape[3], weight.shape[3], attrs, padding),
-                self.lanes,
-                self.registers,
-            ) or channel_panel(weight.shape[0], self.lanes, self.registers)
+        if weight.shape[1] < MIN_INPUT_CHANNELS:  # an image's stem: Conv2dNCHW is faster
+            return call
+        width = self._panel(weight.shape, x_shape, attrs, padding)
         if width is None:
             return call
         return self.builder_.call_te(

@@ -76,6 +76,16 @@ BAND_PIXELS = 196
 MIN_BAND_TASKS = 8
 K_BLOCK_BYTES = 16 * 1024
 BLOCKED_MIN_COLUMNS = 4
+# K-blocked panels (Conv2dPackedNCHW, rows of whole tiles) beat the GEMM on 1x1 convolutions
+# of up to 14x14 output pixels (alone, 2 threads: 1024 -> 256 at 14x14 386 -> 302 us,
+# 1024 -> 128 217 -> 155, 1024 -> 2048 1x1/2 to 7x7 908 -> 769), not on 28x28 (128 -> 512:
+# 288 -> 377) nor with few input channels (96 -> 576 at 14x14: 80 -> 84).
+POINTWISE_BLOCKED_MAX_PIXELS = 196
+POINTWISE_BLOCKED_MIN_CHANNELS = 128
+# In the models, the projections of MobileNet v2 (384 -> 64, 576 -> 96 at 14x14) and
+# DenseNet-121 (C -> 128) ran slower blocked than as GEMMs, though faster alone
+# (docs/kernel-quality.md, eighth session): few panels, so bands of two rows a task.
+POINTWISE_BLOCKED_MIN_OUT_CHANNELS = 256
 
 
 def blocked_columns(width: int, vectors: int, registers: int, max_cols: int = 8) -> int | None:
@@ -90,6 +100,18 @@ def blocked_columns(width: int, vectors: int, registers: int, max_cols: int = 8)
     most = min(max_cols, (registers - vectors - 2) // vectors)
     cols = split_divisible(width, most)
     return cols if cols >= BLOCKED_MIN_COLUMNS else None
+
+
+def blocks_pointwise(pixels: int, in_channels: int, out_channels: int) -> bool:
+    """A 1x1 convolution whose rows take K-blocked tiles is blocked (and packed) on maps of
+    at most :data:`POINTWISE_BLOCKED_MAX_PIXELS` pixels, reading at least
+    :data:`POINTWISE_BLOCKED_MIN_CHANNELS` input channels and writing at least
+    :data:`POINTWISE_BLOCKED_MIN_OUT_CHANNELS`."""
+    return (
+        pixels <= POINTWISE_BLOCKED_MAX_PIXELS
+        and in_channels >= POINTWISE_BLOCKED_MIN_CHANNELS
+        and out_channels >= POINTWISE_BLOCKED_MIN_OUT_CHANNELS
+    )
 
 
 def band_rows(height: int, width: int, panels: int) -> int:
@@ -197,16 +219,19 @@ class Conv2dPackedNCHW(CPUScheduleRule):
             return None
         x_ext, rx_ext = extents[3], extents[6]
         width = x_ext
-        flat = self.flatten and _pointwise(pads, extents)
+        vectors = panel // lanes
+        pointwise = _pointwise(pads, extents)
+        if self.k_blocking and (
+            not pointwise or blocks_pointwise(extents[2] * x_ext, extents[4], extents[1])
+        ):
+            cols = blocked_columns(x_ext, vectors, vector_registers(target), self.max_cols)
+            if cols is not None:
+                return self._k_blocked(sch, conv, extents, pads, panel, lanes, cols)
+        flat = self.flatten and pointwise
         if flat:
             # a 1x1 convolution: one pixel axis p = y*W + x, tiled across the rows
             n, f, y, x, rc, ry, rx = flatten_conv_pixels(sch, conv, width)
             x_ext = extents[2] * width
-        vectors = panel // lanes
-        if self.k_blocking and not flat:
-            cols = blocked_columns(x_ext, vectors, vector_registers(target), self.max_cols)
-            if cols is not None:
-                return self._k_blocked(sch, conv, extents, pads, panel, lanes, cols)
         cols = pixel_tile(x_ext, vectors, vector_registers(target), self.acc_vectors, self.max_cols)
         fo, fin = sch.split(f, [None, panel])
         fv, fl = sch.split(fin, [vectors, lanes])
