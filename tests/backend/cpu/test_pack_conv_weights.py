@@ -282,6 +282,8 @@ def test_rows_of_whole_tiles_are_blocked_over_the_input_channels(k_blocking):
         (56, 2, 32, 8),
         (35, 2, 32, 7),
         (8, 2, 32, 8),
+        (7, 3, 32, 7),
+        (56, 3, 32, 7),
         (7, 4, 32, None),
         (17, 2, 32, None),
         (147, 2, 32, None),
@@ -333,8 +335,11 @@ def test_1x1_convolutions_are_blocked_on_small_maps_with_many_channels():
     assert packed_width(64, 128, (7, 7)) == 64  # few input channels: flat panels
 
 
-def test_convolutions_the_rule_blocks_get_two_vector_panels():
-    assert blocked_panel(512, 7, 16, 32) == 32  # four-vector panels fit no 7-column tile
+def test_convolutions_the_rule_blocks_get_the_panels_with_the_most_fmas_a_load():
+    assert blocked_panel(512, 7, 16, 32) == 32  # 2 x 7: four-vector panels fit no 7 columns
+    assert blocked_panel(384, 7, 16, 32) == 48  # 3 x 7 makes 2.1 FMAs a load, 2 x 7 1.56
+    assert blocked_panel(192, 56, 16, 32) == 48  # 3 x 7 against 2 x 8
+    assert blocked_panel(384, 8, 16, 32) == 32  # 3 x 4 (1.71) is not 10% above 2 x 8 (1.6)
     assert blocked_panel(512, 17, 16, 32) is None  # rows of 17: the row-by-row schedule
-    assert blocked_panel(48, 14, 16, 32) is None  # 48 channels: not a multiple of 32
+    assert blocked_panel(208, 14, 16, 32) is None  # 13 vectors: neither divides
     assert channel_panel(512, 16, 32) == 64

@@ -54,6 +54,11 @@ MIN_INPUT_CHANNELS = 8
 
 
 PANEL_VECTORS = (4, 2, 3, 1)
+# K-blocked panels (docs/kernel-quality.md, eighth session): three vectors x 7 columns ran
+# up to 12% faster than two x 7 (144 -> 288 3x3 at 14x14: 397 -> 350 us), three x 4 on rows
+# of 8 2-4% slower than two x 8 (FMAs per load 1.71 against 1.6: within BLOCKED_MARGIN).
+BLOCKED_PANEL_VECTORS = (3, 2)
+BLOCKED_MARGIN = 1.1
 # Conv2dNCHW runs a 1x1 convolution as a GEMM over the pixel axis, in tiles of up to
 # GEMM_TILE_VECTORS vectors with the last one shifted back: where those compute
 # POINTWISE_OVERCOMPUTE times the pixels or more (49 pixels: 64), the channel panels waste
@@ -85,15 +90,20 @@ def channel_panel(channels: int, lanes: int, registers: int) -> int | None:
 
 
 def blocked_panel(channels: int, out_width: int, lanes: int, registers: int) -> int | None:
-    """Output channels per panel of a spatial convolution that ``Conv2dPackedNCHW`` blocks
-    over its input channels: two vectors, where whole register tiles of two-vector panels
-    cover its output rows (:func:`~.rules.conv2d_packed.blocked_columns`: rows of 7, 14, 28,
-    56, 35 or 8 columns) and two vectors divide the channels; else None. Four-vector panels
-    leave room for 5 columns, which divide none of those rows."""
-    width = 2 * lanes
-    if channels % width or blocked_columns(out_width, 2, registers) is None:
-        return None
-    return width
+    """Output channels per panel of a convolution that ``Conv2dPackedNCHW`` blocks over its
+    input channels: of :data:`BLOCKED_PANEL_VECTORS` vectors that divide the channels, the
+    width whose register tile (:func:`~.rules.conv2d_packed.blocked_columns`, whole tiles a
+    row) makes the most FMAs per load, the wider panel only where it makes
+    :data:`BLOCKED_MARGIN` times those of the narrower; None when no tile covers the rows
+    (rows of 17)."""
+    best, best_score = None, 0.0
+    for vectors in BLOCKED_PANEL_VECTORS:
+        if vectors * 8 > registers or channels % (vectors * lanes):
+            continue
+        cols = blocked_columns(out_width, vectors, registers)
+        if cols is not None and vectors * cols / (vectors + cols) > best_score:
+            best, best_score = vectors * lanes, vectors * cols / (vectors + cols) / BLOCKED_MARGIN
+    return best
 
 
 def pointwise_panel(channels: int, lanes: int, registers: int) -> int | None:

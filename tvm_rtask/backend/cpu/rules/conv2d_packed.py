@@ -76,6 +76,10 @@ BAND_PIXELS = 196
 MIN_BAND_TASKS = 8
 K_BLOCK_BYTES = 16 * 1024
 BLOCKED_MIN_COLUMNS = 4
+# Accumulators of a K-blocked register tile at most (with the broadcasts of its columns
+# kept alive across an unrolled kernel row): three vectors x 8 columns ran 27% slower than
+# two x 8 at 56x56 (64 -> 192 3x3), three x 7 faster than two x 7 at 7x7 and 14x14.
+BLOCKED_MAX_ACC = 21
 # K-blocked panels (Conv2dPackedNCHW, rows of whole tiles) beat the GEMM on 1x1 convolutions
 # of up to 14x14 output pixels (alone, 2 threads: 1024 -> 256 at 14x14 386 -> 302 us,
 # 1024 -> 128 217 -> 155, 1024 -> 2048 1x1/2 to 7x7 908 -> 769), not on 28x28 (128 -> 512:
@@ -97,7 +101,7 @@ def blocked_columns(width: int, vectors: int, registers: int, max_cols: int = 8)
     columns: one row a task, 2-3% slower than unblocked)."""
     if 2 * width > BAND_PIXELS:
         return None
-    most = min(max_cols, (registers - vectors - 2) // vectors)
+    most = min(max_cols, (registers - vectors - 2) // vectors, BLOCKED_MAX_ACC // vectors)
     cols = split_divisible(width, most)
     return cols if cols >= BLOCKED_MIN_COLUMNS else None
 
