@@ -80,3 +80,14 @@ def test_unrelated_reductions_are_not_cut_into_rtasks():
     assert kernel.num_rtasks == 1
     assert CHUNK_ANNOTATION not in kernel.func.script()
     assert make_cpu_rkernel(_pool_and_join(second_pool=False), 4).num_rtasks == 4
+
+
+def test_one_rtask_has_its_injective_blocks_inlined_as_several():
+    """The one-rTask variant (one vEU, or a wave that already fills them) inlines the bias
+    add and relu into the write-back as the cut variants do: not three passes over memory."""
+    func = _fused_func()
+    one, cut = make_cpu_rkernel(func, 1), make_cpu_rkernel(func, 4)
+    assert one.num_rtasks == 1 and cut.num_rtasks > 1
+    blocks = one.func.script().count("T.sblock(")
+    assert blocks == cut.func.script().count("T.sblock(")
+    assert blocks < func.script().count("T.sblock(")
