@@ -16,8 +16,13 @@ the vector registers (four on AVX-512, two on AVX2). The products are summed in 
 order as the unpacked convolution's, so outputs agree to rounding of the accumulation order
 of the rule that schedules them.
 
+Convolutions whose output rows take whole K-blocked register tiles (``Conv2dPackedNCHW``
+blocks them over their input channels) get the panels of :func:`blocked_panel` instead:
+two vectors, or three where their tile makes clearly more FMAs a load.
+
 1x1 convolutions stay with ``Conv2dNCHW``, which runs them as GEMMs over the pixel axis, except
-on small maps where its tiles of pixel vectors compute much more than the map
+on maps of at most 14x14 with many channels (``blocks_pointwise``: blocked), and on small
+maps where its tiles of pixel vectors compute much more than the map
 (:func:`packs_pointwise`: 49 pixels in 64), which take panels in an even count
 (:func:`pointwise_panel`) and run with their pixels flattened. Convolutions of fewer than
 :data:`MIN_INPUT_CHANNELS` input channels (stems) stay unpacked too. The pass runs in
