@@ -106,8 +106,11 @@ def blocked_panel(channels: int, out_width: int, lanes: int, registers: int) -> 
         if vectors * 8 > registers or channels % (vectors * lanes):
             continue
         cols = blocked_columns(out_width, vectors, registers)
-        if cols is not None and vectors * cols / (vectors + cols) > best_score:
-            best, best_score = vectors * lanes, vectors * cols / (vectors + cols) / BLOCKED_MARGIN
+        if cols is None:
+            continue
+        fmas_a_load = vectors * cols / (vectors + cols)
+        if fmas_a_load > best_score:
+            best, best_score = vectors * lanes, fmas_a_load / BLOCKED_MARGIN
     return best
 
 

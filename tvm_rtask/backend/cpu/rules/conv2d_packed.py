@@ -39,8 +39,8 @@ memory) once per row::
                 band_acc[y, x_o*P:, :] += acc
         for y, x, v: out[f, y, x] = relu(band_acc + bias)
 
-Alone, 2 threads: ResNet's ``512 -> 512`` 3x3 at 7x7 1070 -> 745 us, ``512 -> 512`` 3x3/2
-from 14x14 1305 -> 831, ``256 -> 256`` at 14x14 702 -> 625; maps of 28x28 and more 3-8%
+Alone, 2 threads: ResNet's ``512 -> 512`` 3x3 at 7x7 1028 -> 728 us, ``512 -> 512`` 3x3/2
+from 14x14 1065 -> 779, ``256 -> 256`` at 14x14 688 -> 609; maps of 28x28 and more 5-8%
 (docs/kernel-quality.md, eighth session).
 """
 
@@ -334,7 +334,6 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         sch.unroll(a_x)
         sch.parallel(par)
         finish_tile_blocks(sch, (sch.decompose_reduction(tile, t_rc),), xo, lanes)
-        init = loops_below(sch, sch.decompose_reduction(conv, rco), par)
-        if sch.get(init[-1]).kind != tirx.ForKind.VECTORIZED:
-            sch.vectorize(init[-1])
+        # the band's init takes the loop kinds of the addition: channel vectors vectorized
+        sch.decompose_reduction(conv, rco)
         return sch
