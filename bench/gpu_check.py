@@ -234,6 +234,9 @@ class Kit:
         not_reached += interrupted
         if not_reached:
             self.not_reached += [f"test {n}" for n in not_reached]
+        self.not_reached += [
+            f"test {r['nodeid']} (cut at the budget)" for r in new if r["outcome"] == "cut"
+        ]
         self.phases["tests"] = phase
         self.say(
             f"tests: {counts or 'nothing ran'} in {phase['seconds']} s (pytest status "

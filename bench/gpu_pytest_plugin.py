@@ -7,8 +7,9 @@ conftest. Driven by environment variables, so pytest-xdist workers see the same 
     On the controller: one JSON line per finished test, appended and flushed as it is
     reported -- ``{"nodeid", "outcome", "reason", "duration_s", "worker", "date"}`` with
     ``outcome`` one of passed, failed, error, skipped, xfailed, xpassed, not_reached,
-    interrupted (not finished when pytest stopped) and collection_error (a test file that does
-    not import; its ``nodeid`` is the file), and
+    cut (stopped by a timeout that the deadline set, not by its own: not a failure, run
+    again on resume), interrupted (not finished when pytest stopped) and collection_error (a
+    test file that does not import; its ``nodeid`` is the file), and
     ``reason`` the short failure message (pytest's crash line) or skip reason. The long
     representation of each failure goes to ``<stem>-failures.log`` beside it; the tests
     running at any moment are listed in ``<stem>-running.json`` (what a kill interrupted).
@@ -36,6 +37,7 @@ DEADLINE_ENV = "RTASK_TESTS_DEADLINE"
 MIN_ENV = "RTASK_TESTS_MIN_S"
 TIMEOUT_ENV = "RTASK_TESTS_TIMEOUT"
 NOT_REACHED = "gpu-check: not reached before the phase deadline"
+BUDGET_LIMIT = "gpu_check_budget_limit"  # user property: the deadline set the test's timeout
 DONE_OUTCOMES = {"passed", "failed", "error", "skipped", "xfailed", "xpassed"}
 
 
@@ -93,6 +95,7 @@ def pytest_runtest_protocol(item, nextitem):
     elif item.config.pluginmanager.hasplugin("timeout"):
         limit = remaining - 2
         cap = os.environ.get(TIMEOUT_ENV)
+        by_deadline = not cap or limit < float(cap)
         if cap:
             limit = min(limit, float(cap))
         marker = item.get_closest_marker("timeout")
@@ -101,6 +104,8 @@ def pytest_runtest_protocol(item, nextitem):
             method = marker.kwargs.get("method") if marker is not None else None
             kwargs = {"method": method} if method else {}
             item.add_marker(pytest.mark.timeout(max(1.0, limit), **kwargs))
+            if by_deadline:
+                item.user_properties.append((BUDGET_LIMIT, round(limit, 1)))
     yield
 
 
@@ -150,11 +155,15 @@ class Recorder:
         if worker is not None:
             state["worker"] = worker.id
         if report.failed:
-            if state["outcome"] not in ("failed", "error"):
+            if state["outcome"] not in ("failed", "error", "cut"):
                 state["outcome"] = "failed" if report.when == "call" else "error"
                 if report.when == "???":  # xdist: the worker running it died
                     state["outcome"] = "failed"
                 state["reason"] = _short_reason(report) or f"failed in {report.when}"
+                budget = dict(getattr(report, "user_properties", ()) or ()).get(BUDGET_LIMIT)
+                if budget is not None and "from pytest-timeout" in state["reason"]:
+                    state["outcome"] = "cut"
+                    state["reason"] = f"cut at the budget ({budget} s): {state['reason']}"
             self._log_failure(report)
         elif report.skipped and state["outcome"] == "passed":
             if hasattr(report, "wasxfail"):
