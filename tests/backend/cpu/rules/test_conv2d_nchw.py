@@ -26,7 +26,7 @@ from tvm_rtask.backend.cpu.rules import (
     schedule_cpu_func,
     vector_lanes,
 )
-from tvm_rtask.backend.cpu.rules.base import overlap_last_tile
+from tvm_rtask.backend.cpu.rules.base import narrow_last_tile, overlap_last_tile
 from tvm_rtask.backend.cpu.rules.conv2d_nchw import _parallel_pixel_tile, register_tile, width_tile
 from tvm_rtask.backend.cpu.tuned import (
     chunk_count,
@@ -338,3 +338,52 @@ def test_1x1_on_planes_of_partial_vectors_reads_aligned_strips(
 def test_1x1_on_planes_of_whole_vectors_reads_the_input_in_place():
     func = fused_func(conv_module(64, 40, 16, 1, 1, 0))  # 256 pixels: whole vectors
     assert 'T.sblock("x_global")' not in schedule_cpu_func(func, NATIVE).script()
+
+
+@pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
+@pytest.mark.parametrize(
+    "channels_in, channels_out, size",
+    [(96, 576, 14), (160, 960, 7), (48, 256, 13), (64, 384, 17)],
+    ids=["196px", "49px", "169px", "289px"],
+)
+def test_1x1_last_pixel_tile_runs_apart_computing_only_what_is_left(
+    target, channels_in, channels_out, size
+):
+    """Channel groups in parallel, pixel tiles that do not divide the plane: the last tile
+    runs after the others (buffers of its own, ``_tail``) with a predicate on each vector,
+    instead of recomputing most of the tile before it; the numerics are unchanged."""
+    func = fused_func(conv_module(channels_in, channels_out, size, 1, 1, 0))
+    scheduled = schedule_cpu_func(func, target)
+    assert str(scheduled.attrs[RULE_ATTR]) == "Conv2dNCHW"
+    script = scheduled.script()
+    assert "_tail" in script and "T.where" in script
+    plain = Conv2dNCHW(narrow_tail=False).apply(func, target, False)
+    assert "_tail" not in plain.script() and "T.where" not in plain.script()
+    args = random_args(func)
+    expected = run(func, args, target)
+    assert float(np.abs(expected).max()) > 1e-2  # outputs alive
+    assert_close(run(scheduled, args, target), expected)
+    assert_close(run(plain, args, target), expected)
+
+
+def test_narrow_last_tile_leaves_parallel_and_single_tiles_alone():
+    """Pixel tiles in parallel (128 -> 16 at 55x55): the tile loop is the parallel loop,
+    whose iterations are the rTasks (a tail after it would run on one thread)."""
+    func = fused_func(conv_module(128, 16, 55, 1, 1, 0))
+    scheduled = schedule_cpu_func(func, NATIVE)
+    assert "_tail" not in scheduled.script()
+    loop = [v for v in _loop_vars(scheduled) if v[1] == tvm.tirx.ForKind.PARALLEL][0][0]
+    assert narrow_last_tile(scheduled, loop, 64, 3025, 16) is None
+
+
+def _loop_vars(func):
+    import tvm_ffi
+
+    found = []
+
+    def each(node):
+        found.append((node.loop_var, node.kind))
+        return node
+
+    tvm_ffi.structural_map(func.body, (tvm.tirx.For, each))
+    return found

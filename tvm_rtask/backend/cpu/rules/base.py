@@ -9,6 +9,7 @@ That shape is what the tuned-kernel cutter (``backend/cpu/tuned.py``) cuts into 
 
 from __future__ import annotations
 
+import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
@@ -287,6 +288,132 @@ def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent
 
     body = tvm_ffi.structural_map(func.body, (s_tir.SBlockRealize, realize))
     return None if failed else func.with_body(body)
+
+
+def _substitute(expr, mapping: list[tuple[tirx.Var, tirx.PrimExpr]]):
+    def var(v):
+        return next((e for k, e in mapping if v.same_as(k)), v)
+
+    return tvm_ffi.structural_map(expr, (tirx.Var, var))
+
+
+def _only_loop(body, loop_var: tirx.Var):
+    found = []
+
+    def find(node):
+        if node.loop_var.same_as(loop_var):
+            found.append(node)
+        return node
+
+    tvm_ffi.structural_map(body, (tirx.For, find))
+    return found[0] if len(found) == 1 else None
+
+
+def narrow_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent: int, lanes: int):
+    """``func`` (its last tile shifted back by :func:`overlap_last_tile`) with the serial
+    tile loop over ``tile_var`` run for every tile but the last, then the last tile once,
+    computing only the vectors that reach past the other tiles: where tiles of ``tile`` do
+    not divide ``extent``, the shifted last tile recomputed most of the one before it (196
+    pixels in tiles of 4 vectors: 256 computed), now one vector more (208).
+
+    The tail is a copy of the loop body with ``tile_var`` set to the last tile, a predicate
+    in each block on its position along the tiled axis (in a vectorized loop: the vector's
+    first lane, so the predicate of an unrolled loop of vectors folds to a constant; in
+    other loops, such as the write-back: the element, only those the other tiles did not
+    write) and buffers of its own for what the function allocates (accumulators, input
+    strips: each loop keeps its compact, aligned buffer). None when the loop is not one
+    serial loop of constant extent 2 or more."""
+    loop = _only_loop(func.body, tile_var)
+    if loop is None or loop.kind != tirx.ForKind.SERIAL:
+        return None
+    if not isinstance(loop.extent, tirx.IntImm) or int(loop.extent.value) < 2:
+        return None
+    tiles = int(loop.extent.value)
+    dtype = str(tile_var.ty)
+    last = [(tile_var, tirx.IntImm(dtype, tiles - 1))]
+    vector_vars = []
+
+    def vectorized(node):
+        if node.kind == tirx.ForKind.VECTORIZED:
+            vector_vars.append(node.loop_var)
+        return node
+
+    tvm_ffi.structural_map(loop.body, (tirx.For, vectorized))
+    lane_zero = [(v, tirx.IntImm(str(v.ty), 0)) for v in vector_vars]
+
+    done = (tiles - 1) * tile  # what the other tiles computed: [0, done)
+
+    def realize(node):
+        pixel = [v for v in node.iter_values if uses_any(v, [tile_var])]
+        if not pixel:
+            return node
+        start = _substitute(pixel[0], last + lane_zero)
+        dtype_of = str(start.ty)
+        if uses_any(pixel[0], vector_vars):  # a vector: any of its lanes past ``done``
+            keep = tirx.GT(start, tirx.IntImm(dtype_of, done - lanes))
+        else:  # one element: only those not written yet
+            keep = tirx.GE(start, tirx.IntImm(dtype_of, done))
+        predicate = node.predicate
+        is_true = isinstance(predicate, tirx.IntImm) and int(predicate.value) == 1
+        values = [_substitute(v, last) for v in node.iter_values]
+        predicate = keep if is_true else tirx.And(predicate, keep)
+        return s_tir.SBlockRealize(values, predicate, node.block)
+
+    tail = _substitute(tvm_ffi.structural_map(loop.body, (s_tir.SBlockRealize, realize)), last)
+    allocated: list = []
+
+    def allocations(node):
+        allocated.extend(node.alloc_buffers)
+        return node
+
+    tvm_ffi.structural_map(func.body, (s_tir.SBlock, allocations))
+    used: list = []
+
+    def seen(buffer):
+        used.append(buffer)
+        return buffer
+
+    tvm_ffi.structural_map(tail, (tirx.Buffer, seen))
+    copies: list = []
+    for buffer in allocated:
+        if any(u.same_as(buffer) for u in used) and not any(o.same_as(buffer) for o, _ in copies):
+            copy = tirx.decl_buffer(
+                buffer.shape, buffer.dtype, f"{buffer.name}_tail", scope=buffer.scope()
+            )
+            copies.append((buffer, copy))
+
+    def own(buffer):
+        return next((c for o, c in copies if buffer.same_as(o)), buffer)
+
+    tail = tvm_ffi.structural_map(tail, (tirx.Buffer, own))
+    head = tirx.For(
+        loop.loop_var,
+        loop.min,
+        tirx.IntImm(dtype, tiles - 1),
+        loop.kind,
+        loop.body,
+        loop.thread_binding,
+        loop.annotations,
+    )
+    both = tirx.SeqStmt([head, tail])
+    body = tvm_ffi.structural_map(func.body, (tirx.For, lambda n: both if n.same_as(loop) else n))
+    if not isinstance(body, s_tir.SBlockRealize):
+        return None
+    root = body.block
+    root = s_tir.SBlock(
+        root.iter_vars,
+        root.reads,
+        root.writes,
+        root.name_hint,
+        root.body,
+        root.init,
+        [*root.alloc_buffers, *(c for _, c in copies)],
+        root.match_buffers,
+        root.annotations,
+    )
+    body = s_tir.SBlockRealize(body.iter_values, body.predicate, root)
+    # the tail's loop and block variables are the head's: each defined once again
+    return tirx.transform.ConvertSSA()(tvm.IRModule({"main": func.with_body(body)}))["main"]
 
 
 def with_last_tile_shifted(sch: s_tir.Schedule, tile_loop, tile: int, extent: int):
