@@ -30,7 +30,7 @@ copied into a buffer of its own, so that no pixel vector straddles two cache lin
 Where the pixel tiles do not divide the plane and the channel groups are what runs in
 parallel, the last tile runs after the others and computes only the vectors past them
 (``base.narrow_last_tile``): 196 pixels in tiles of 4 vectors compute 208 pixels instead of
-256 (a chain of eight ``96 -> 576 -> 96`` pairs at 14x14: 1.59 -> 1.44 ms).
+256 (docs/kernel-quality.md, ninth session).
 
 Columns: ``XV`` is one vector (the target's lanes) when the row is at least that wide; when
 the vector does not divide the row, the last tile starts at ``W - XV`` and recomputes a few
@@ -443,6 +443,9 @@ class Conv2dNCHW(CPUScheduleRule):
             # only its vectors past the other tiles (196 pixels in tiles of 64: 208
             # computed instead of 256)
             func = result if isinstance(result, tirx.PrimFunc) else result.mod["main"]
-            narrowed = narrow_last_tile(func, loop_var_of(sch, xo), xv, x_ext, lanes)
+            try:
+                narrowed = narrow_last_tile(func, loop_var_of(sch, xo), xv, x_ext, lanes)
+            except (RuntimeError, ValueError, TypeError):  # TVM's errors: keep the shifted tile
+                narrowed = None
             return result if narrowed is None else narrowed
         return result
