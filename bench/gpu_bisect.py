@@ -16,7 +16,9 @@ by side:
   keeps tensors, so a bug that needs them inside an rProgram may hide: read it with the
   variants).
 
-One JSON line per worker in ``--out`` the moment it finishes; a summary on stdout.
+One JSON line per worker in ``--out`` the moment it finishes, the workers' logs in one
+archive beside it (``<out stem>-logs.tar.gz``: a window brings back few files); a summary
+on stdout.
 
     python3 bench/gpu_bisect.py light:shufflenet --out $OUT/bisect.jsonl --deadline 240
     python3 bench/gpu_bisect.py light:squeezenet --target llvm --out /tmp/b.jsonl   # dry run
@@ -29,6 +31,8 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -203,8 +207,9 @@ def main(argv=None) -> int:
     end = time.time() + args.deadline
     pending = list(variants)
     running: dict[str, subprocess.Popen] = {}
-    logs = out.parent / "bisect.logs"
-    logs.mkdir(exist_ok=True)
+    # the workers' logs stay out of ``--out``'s folder (a GPU window brings back few files):
+    # one archive of them goes there at the end
+    logs = Path(tempfile.mkdtemp(prefix="bisect-logs-"))
     while pending or running:
         while pending and len(running) < args.jobs:
             v = pending.pop(0)
@@ -229,6 +234,8 @@ def main(argv=None) -> int:
                     f.write(json.dumps({"variant": v, "ok": False, "error": "not reached"}) + "\n")
             pending = []
         time.sleep(0.5)
+    with tarfile.open(out.parent / f"{out.stem}-logs.tar.gz", "w:gz") as tar:
+        tar.add(logs, arcname=f"{out.stem}-logs")
     records = [json.loads(line) for line in out.read_text().splitlines()[before:] if line]
     print("\n".join(summary_lines(records)), flush=True)
     return 0

@@ -1,5 +1,6 @@
 """bench/gpu_bisect.py without a GPU: the probed model, a worker's record on llvm, the summary."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -59,3 +60,14 @@ def test_summary_names_the_first_tensor_off():
     assert "WRONG" in lines[0] and "first off: b" in lines[0]
     assert lines[1].split()[:2] == ["fine", "ok"]
     assert "ERROR deadline" in lines[2]
+
+
+def test_main_writes_records_and_one_archive_of_logs(tmp_path):
+    """The whole flow on llvm with one variant: a record per worker in ``--out`` and the
+    workers' logs in one archive beside it (nothing else: a window brings back few files)."""
+    out = tmp_path / "bisect.jsonl"
+    args = ["light:squeezenet", "--target", "llvm", "--variants", "sequential"]
+    assert gpu_bisect.main([*args, "--out", str(out), "--jobs", "1", "--deadline", "300"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["variant"] for r in records] == ["sequential"] and records[0]["ok"], records
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bisect-logs.tar.gz", "bisect.jsonl"]
