@@ -105,9 +105,7 @@ def _describe(a, e) -> dict:
 def worker(spec: str, variant: str, target_kind: str) -> dict:
     """One variant: TVM's default build and tvm-rtask's of the (probed) model, one call each."""
     import tvm
-    from gpu_window import load_model
-    from harness import to_numpy_list
-    from tvm import relax
+    from gpu_window import _run, load_model
 
     import tvm_rtask
     from tvm_rtask.relax_passes import as_target
@@ -126,13 +124,9 @@ def worker(spec: str, variant: str, target_kind: str) -> dict:
     dev = tvm.cuda(0) if target_kind == "cuda" else tvm.cpu()
     mod = tvm_rtask.frontend.load(model)
 
-    def run(ex):
-        vm = relax.VirtualMachine(ex, dev)
-        return to_numpy_list(vm["main"](*(tvm.runtime.tensor(v, dev) for v in inputs.values())))
-
-    reference = run(tvm.compile(mod, as_target(target)))
+    reference = _run(tvm.compile(mod, as_target(target)), inputs, dev)[2]
     rec["tvm_s"] = round(time.time() - started, 1)
-    actual = run(tvm_rtask.compile(mod, target, **options))
+    actual = _run(tvm_rtask.compile(mod, target, **options), inputs, dev)[2]
     rec["total_s"] = round(time.time() - started, 1)
     rec["outputs"] = {n: _describe(a, e) for n, a, e in zip(names, actual, reference, strict=True)}
     # graph order first: the earliest probe off is where the error starts

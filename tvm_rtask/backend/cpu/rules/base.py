@@ -17,7 +17,7 @@ from tvm.s_tir.dlight.analysis import get_sblock_info, normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
-from ....tir.common import root_children
+from ....tir.common import root_children, substitute_vars
 from ....tir.rules import inline_epilogue_chain
 
 # float32 lanes when the target names no CPU (the brief's AVX2 assumption; plain ``llvm``
@@ -290,13 +290,6 @@ def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent
     return None if failed else func.with_body(body)
 
 
-def _substitute(expr, mapping: list[tuple[tirx.Var, tirx.PrimExpr]]):
-    def var(v):
-        return next((e for k, e in mapping if v.same_as(k)), v)
-
-    return tvm_ffi.structural_map(expr, (tirx.Var, var))
-
-
 def _only_loop(body, loop_var: tirx.Var):
     found = []
 
@@ -330,7 +323,7 @@ def narrow_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent:
         return None
     tiles = int(loop.extent.value)
     dtype = str(tile_var.ty)
-    last = [(tile_var, tirx.IntImm(dtype, tiles - 1))]
+    last = {tile_var: tirx.IntImm(dtype, tiles - 1)}
     vector_vars = []
 
     def vectorized(node):
@@ -339,7 +332,7 @@ def narrow_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent:
         return node
 
     tvm_ffi.structural_map(loop.body, (tirx.For, vectorized))
-    lane_zero = [(v, tirx.IntImm(str(v.ty), 0)) for v in vector_vars]
+    lane_zero = {v: tirx.IntImm(str(v.ty), 0) for v in vector_vars}
 
     done = (tiles - 1) * tile  # what the other tiles computed: [0, done)
 
@@ -347,7 +340,7 @@ def narrow_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent:
         pixel = [v for v in node.iter_values if uses_any(v, [tile_var])]
         if not pixel:
             return node
-        start = _substitute(pixel[0], last + lane_zero)
+        start = substitute_vars(pixel[0], {**last, **lane_zero})
         dtype_of = str(start.ty)
         if uses_any(pixel[0], vector_vars):  # a vector: any of its lanes past ``done``
             keep = tirx.GT(start, tirx.IntImm(dtype_of, done - lanes))
@@ -355,11 +348,11 @@ def narrow_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent:
             keep = tirx.GE(start, tirx.IntImm(dtype_of, done))
         predicate = node.predicate
         is_true = isinstance(predicate, tirx.IntImm) and int(predicate.value) == 1
-        values = [_substitute(v, last) for v in node.iter_values]
+        values = [substitute_vars(v, last) for v in node.iter_values]
         predicate = keep if is_true else tirx.And(predicate, keep)
         return s_tir.SBlockRealize(values, predicate, node.block)
 
-    tail = _substitute(tvm_ffi.structural_map(loop.body, (s_tir.SBlockRealize, realize)), last)
+    tail = substitute_vars(tvm_ffi.structural_map(loop.body, (s_tir.SBlockRealize, realize)), last)
     allocated: list = []
 
     def allocations(node):

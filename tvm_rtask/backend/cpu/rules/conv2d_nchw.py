@@ -442,9 +442,9 @@ class Conv2dNCHW(CPUScheduleRule):
             # the shifted last tile recomputes most of the one before it: run it apart,
             # only its vectors past the other tiles (196 pixels in tiles of 64: 208
             # computed instead of 256)
-            func = result if isinstance(result, tirx.PrimFunc) else result.mod["main"]
+            # ``result`` is the shifted function (tiles of ``xv`` do not divide ``x_ext``)
             try:
-                narrowed = narrow_last_tile(func, loop_var_of(sch, xo), xv, x_ext, lanes)
+                narrowed = narrow_last_tile(result, loop_var_of(sch, xo), xv, x_ext, lanes)
             except (RuntimeError, ValueError, TypeError):  # TVM's errors: keep the shifted tile
                 narrowed = None
             return result if narrowed is None else narrowed
