@@ -18,6 +18,7 @@ from .errors import OptionError
 
 BARRIERS = ("fine", "global", "counter")
 FUSIONS = ("fuseops", "stitch", "none")
+CPU_LAYOUTS = ("nchw", "nchwc")
 # "measured": every rKernel timed alone on the device present and the synchronisation
 # benchmark (runtime.profiler, cached on disk), resolved by PlanRPrograms, which has the module
 COST_MODELS = ("analytical", "measured")
@@ -50,6 +51,9 @@ class RTaskOptions:
     spills: str | None = None
     cooperative_launch: bool | None = None  # CUDA: the driver refuses a non-co-resident grid
     cpu_rules: bool | None = None  # llvm: tvm-rtask's schedule rules (convolution); default on
+    # llvm: "nchwc" runs convolutions in channel blocks of the vector width, the layout
+    # carried between them (backend/cpu/blocked_channels.py); "nchw" keeps the model's
+    cpu_layout: str | None = None
     cuda_rules: bool | None = None  # CUDA: tvm-rtask's schedule rules (convolution); default on
     # CUDA: each distinct rKernel body a __device__ __noinline__ function with registers of
     # its own (None: on); False inlines every body into its persistent kernel
@@ -87,6 +91,8 @@ class RTaskOptions:
                 f"cuda_veu_placement must be one of {VEU_PLACEMENTS}, "
                 f"not {self.cuda_veu_placement!r}"
             )
+        if self.cpu_layout is not None and self.cpu_layout not in CPU_LAYOUTS:
+            raise OptionError(f"cpu_layout must be one of {CPU_LAYOUTS}, not {self.cpu_layout!r}")
         if self.fusion not in FUSIONS:
             raise OptionError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
         for key in ("num_veu", "rtasks_per_veu"):

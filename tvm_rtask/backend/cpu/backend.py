@@ -25,6 +25,7 @@ from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 # the limits of policies/limits.py: wavefront, wavefront_global, ios, opara).
 MAX_OPS_PER_PROGRAM = 64
 RTASKS_PER_VEU = 2
+DEFAULT_LAYOUT = "nchw"
 VARIANT_INFIX = "_rk"
 
 
@@ -35,6 +36,7 @@ class CPUOptions(TargetOptions):
     barrier: str  # "fine" (step arrays) or "global" (TVM's parallel barrier between waves)
     rules: bool  # tvm-rtask's CPU schedule rules (option cpu_rules)
     rtasks_per_veu: int  # an operator is cut into at most num_veu x this many rTasks
+    layout: str  # "nchw" or "nchwc": convolutions in channel blocks (option cpu_layout)
 
 
 def worker_capacity() -> int:
@@ -152,7 +154,7 @@ class CPUBackend(Backend):
     label = "llvm"
     target_kinds = ("llvm", "c")
     rkernels_run_standalone = True
-    OPTIONS = ("cpu_rules",)
+    OPTIONS = ("cpu_rules", "cpu_layout")
 
     def device(self):
         return tvm.cpu(0)
@@ -199,28 +201,36 @@ class CPUBackend(Backend):
             barrier=options.barrier or "fine",
             rules=rules_enabled() if options.cpu_rules is None else options.cpu_rules,
             rtasks_per_veu=options.rtasks_per_veu or RTASKS_PER_VEU,
+            layout=options.cpu_layout or DEFAULT_LAYOUT,
         )
 
     def barrier(self, options) -> str:
         return self.options_for(options).barrier
 
     def prepare_passes(self, options) -> list:
-        """With the rules on: strided 1x1 convolutions as a subsampling copy and a GEMM
+        """With the rules on: with ``cpu_layout="nchwc"``, convolutions in channel blocks
+        (``blocked_channels.py``); strided 1x1 convolutions as a subsampling copy and a GEMM
         (``subsample_pointwise.py``), constant convolution weights packed into
         output-channel panels (``pack_conv_weights.py``, for ``Conv2dPackedNCHW``) and
         constant matmul weights into column panels (``pack_matmul_weights.py``, which
         ``MatmulKN`` streams)."""
-        if not self.options_for(options).rules:
+        cpu = self.options_for(options)
+        if not cpu.rules:
             return []
+        from .blocked_channels import BlockedChannels
         from .pack_conv_weights import PackConvWeights
         from .pack_matmul_weights import PackMatmulWeights
         from .rules.base import vector_lanes, vector_registers
         from .subsample_pointwise import SubsamplePointwiseStride
 
-        lanes = vector_lanes(self.target)
+        lanes, registers = vector_lanes(self.target), vector_registers(self.target)
+        # before the strided 1x1 convolutions become a slice and a GEMM: in NCHWc they
+        # stay convolutions (a slice would take the layout back to NCHW and again)
+        blocked = [BlockedChannels(lanes, registers)] if cpu.layout == "nchwc" else []
         return [
+            *blocked,
             SubsamplePointwiseStride(),
-            PackConvWeights(lanes, vector_registers(self.target)),
+            PackConvWeights(lanes, registers),
             PackMatmulWeights(lanes),
         ]
 

@@ -163,6 +163,39 @@ def _out_width(in_width: int, kernel: int, attrs, padding: list[int]) -> int:
     return (in_width + padding[1] + padding[3] - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def conv_panel(
+    weight_shape,
+    x_shape,
+    attrs,
+    padding: list[int],
+    lanes: int,
+    registers: int,
+    pointwise_always: bool = False,
+) -> int | None:
+    """The panel width of a convolution (NCHW ``attrs``, four-sided ``padding``) to pack, or
+    None to leave it unpacked: :func:`blocked_panel` where its rows take K-blocked tiles,
+    else :func:`channel_panel`; a 1x1 convolution only where it is blocked
+    (:func:`~.rules.conv2d_packed.blocks_pointwise`) or its map is small
+    (:func:`packs_pointwise`), unless ``pointwise_always`` (the blocked channel layout, where
+    no GEMM over NCHW planes is left to run it)."""
+    channels, in_channels, kh, kw = weight_shape
+    out_width = _out_width(x_shape[3], kw, attrs, padding)
+    blocked = blocked_panel(channels, out_width, lanes, registers)
+    if kh * kw != 1:
+        return blocked or channel_panel(channels, lanes, registers)
+    if any(padding):
+        return None
+    stride = ints(attrs.strides)[0]
+    pixels = ((x_shape[2] - 1) // stride + 1) * out_width
+    if blocked and blocks_pointwise(pixels, in_channels, channels, pointwise_always):
+        return blocked
+    if packs_pointwise(pixels, lanes):
+        return pointwise_panel(channels, lanes, registers)
+    if pointwise_always:  # pixel tiles in parallel too: any count of panels
+        return channel_panel(channels, lanes, registers)
+    return None
+
+
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int, registers: int) -> None:
@@ -179,20 +212,7 @@ class _Rewriter(relax.PyExprMutator):
 
     def _panel(self, weight_shape, x_shape, attrs, padding) -> int | None:
         """The panel width of a convolution to pack, or None to leave it unpacked."""
-        channels, in_channels, kh, kw = weight_shape
-        out_width = _out_width(x_shape[3], kw, attrs, padding)
-        blocked = blocked_panel(channels, out_width, self.lanes, self.registers)
-        if kh * kw != 1:
-            return blocked or channel_panel(channels, self.lanes, self.registers)
-        if any(padding):
-            return None
-        stride = ints(attrs.strides)[0]
-        pixels = ((x_shape[2] - 1) // stride + 1) * out_width
-        if blocked and blocks_pointwise(pixels, in_channels, channels):
-            return blocked
-        if packs_pointwise(pixels, self.lanes):
-            return pointwise_panel(channels, self.lanes, self.registers)
-        return None
+        return conv_panel(weight_shape, x_shape, attrs, padding, self.lanes, self.registers)
 
     def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
         call = self.visit_expr_post_order(call)

@@ -106,7 +106,9 @@ def blocked_columns(width: int, vectors: int, registers: int, max_cols: int = 8)
     return cols if cols >= BLOCKED_MIN_COLUMNS else None
 
 
-def blocks_pointwise(pixels: int, in_channels: int, out_channels: int) -> bool:
+def blocks_pointwise(
+    pixels: int, in_channels: int, out_channels: int, blocked_layout: bool = False
+) -> bool:
     """A 1x1 convolution whose rows take K-blocked tiles is blocked (and packed) on maps of
     at most :data:`POINTWISE_BLOCKED_MAX_PIXELS` pixels, reading at least
     :data:`POINTWISE_BLOCKED_MIN_CHANNELS` input channels and writing at least
@@ -114,7 +116,7 @@ def blocks_pointwise(pixels: int, in_channels: int, out_channels: int) -> bool:
     return (
         pixels <= POINTWISE_BLOCKED_MAX_PIXELS
         and in_channels >= POINTWISE_BLOCKED_MIN_CHANNELS
-        and out_channels >= POINTWISE_BLOCKED_MIN_OUT_CHANNELS
+        and (blocked_layout or out_channels >= POINTWISE_BLOCKED_MIN_OUT_CHANNELS)
     )
 
 
@@ -136,23 +138,38 @@ def k_block(channels: int, kernel_elems: int, panel: int) -> int:
     return split_divisible(channels, max(1, K_BLOCK_BYTES // (4 * kernel_elems * panel)))
 
 
-def _panel_width(sch: s_tir.Schedule, block) -> int | None:
-    """``T`` when ``block`` is a packed convolution: ``SSSSRRR``, writing ``[n, f, y, x]``
-    and reading a 5-D weight whose last axis is ``T`` wide."""
-    if get_sblock_info(sch, block).dom_kind() != "SSSSRRR":
+def _panel_width(sch: s_tir.Schedule, block) -> tuple[int, int | None] | None:
+    """``(T, None)`` when ``block`` is a packed NCHW convolution: ``SSSSRRR``, writing
+    ``[n, f, y, x]`` and reading a 5-D weight whose last axis is ``T`` wide; ``(T, b)`` when
+    it is one in channel blocks of ``b`` (``conv2d_nchwc``, ``backend/cpu/blocked_channels.py``):
+    ``SSSSSRRR``, writing ``[n, f // b, y, x, f % b]``; else None."""
+    kind = get_sblock_info(sch, block).dom_kind()
+    if kind not in ("SSSSRRR", "SSSSSRRR"):
         return None
     stmt = sch.get(block)
     if len(stmt.writes) != 1:
         return None
     ivars = [iv.var for iv in stmt.iter_vars]
     out = stmt.writes[0].region
-    if len(out) != 4 or not all(r.min.same_as(v) for r, v in zip(out, ivars[:4], strict=True)):
+    spatial = len(kind) - 3
+    if len(out) != spatial or not all(
+        r.min.same_as(v) for r, v in zip(out, ivars[:spatial], strict=True)
+    ):
         return None
-    for read in stmt.reads:
-        shape = read.source.shape
-        if len(shape) == 5 and isinstance(shape[4], tirx.IntImm):
-            return int(shape[4].value)
-    return None
+    channel_block = None
+    if spatial == 5:
+        last = stmt.writes[0].source.shape[4]
+        if not isinstance(last, tirx.IntImm):
+            return None
+        channel_block = int(last.value)
+    # the weight: the last 5-D read (an NCHWc convolution reads its input in 5-D first)
+    weights = [r.source.shape for r in stmt.reads if len(r.source.shape) == 5]
+    if not weights or not isinstance(weights[-1][4], tirx.IntImm):
+        return None
+    panel = int(weights[-1][4].value)
+    if channel_block is not None and (panel % channel_block or len(weights) != 2):
+        return None
+    return panel, channel_block
 
 
 def pixel_tile(width: int, vectors: int, registers: int, acc_vectors: int, max_cols: int) -> int:
@@ -174,6 +191,73 @@ def _pointwise(pads: list, extents: list[int]) -> bool:
     """A 1x1 convolution without padding: its output pixels flatten into one axis (each
     reads one input pixel, broadcast; strided or not)."""
     return not pads and extents[5] == 1 and extents[6] == 1
+
+
+def _fuse_channel_blocks(sch: s_tir.Schedule, conv) -> list:
+    """The loops of an NCHWc convolution block (``n, fb, y, x, fl`` spatial, ``rc, ry, rx``
+    reduction) as NCHW's ``[n, f, y, x, rc, ry, rx]``: the output channel ``f = fb*b + fl``
+    one loop (a loop fusion: a layout transform of the block would make its unit kernel
+    axes spatial)."""
+    n, fb, y, x, fl, rc, ry, rx = sch.get_loops(conv)
+    sch.reorder(fb, fl, y, x)
+    return [n, sch.fuse(fb, fl), y, x, rc, ry, rx]
+
+
+def _flatten_blocked_pixels(sch: s_tir.Schedule, conv, width: int) -> list:
+    """As :func:`~.base.flatten_conv_pixels` for an NCHWc convolution block whose channel
+    loops :func:`_fuse_channel_blocks` fused: the block's pixels on one axis, the output
+    channel one loop."""
+    sch.transform_block_layout(
+        conv,
+        lambda n_, fb, y_, x_, fl, c_, i_, j_: (n_, fb, fl, y_ * width + x_, c_, i_, j_),
+    )
+    n, fb, fl, p, rc, ry, rx = sch.get_loops(conv)
+    f = sch.fuse(fb, fl)
+    y = sch.add_unit_loop(p)
+    sch.reorder(y, p)
+    return [n, f, y, p, rc, ry, rx]
+
+
+def _channels_last(block: int | None, flat_width: int | None):
+    """The accumulator's layout with the output channels innermost: ``[n, y, x, f]``
+    (``[n, y, x, fb, fl]`` in channel blocks), the pixels on one axis where ``flat_width``
+    is given."""
+    if block is None:
+        if flat_width is None:
+            return lambda n_, f_, y_, x_: (n_, y_, x_, f_)
+        return lambda n_, f_, y_, x_: (n_, y_ * flat_width + x_, f_)
+    if flat_width is None:
+        return lambda n_, fb, y_, x_, fl: (n_, y_, x_, fb, fl)
+    return lambda n_, fb, y_, x_, fl: (n_, y_ * flat_width + x_, fb, fl)
+
+
+def _pixels_flat(block: int | None, width: int):
+    """The write-back block's iteration with its pixels on one axis."""
+    if block is None:
+        return lambda n_, f_, y_, x_: (n_, f_, y_ * width + x_)
+    return lambda n_, fb, y_, x_, fl: (n_, fb, y_ * width + x_, fl)
+
+
+def _write_back_vectors(sch, acc, block, vectors: int, lanes: int, flat: bool):
+    """The write-back's loops in channel vectors, pixels outside (vectorized, the vectors
+    of a tile unrolled); returns the innermost pixel loop."""
+    if block is None:
+        if flat:
+            wf, wx = sch.get_loops(acc)[-2:]
+            sch.reorder(wx, wf)
+        else:
+            wf, wy, wx = sch.get_loops(acc)[-3:]
+            sch.reorder(wy, wx, wf)
+        wv, wl = sch.split(wf, [vectors, lanes])
+    elif flat:
+        wv, wx, wl = sch.get_loops(acc)[-3:]
+        sch.reorder(wx, wv, wl)
+    else:
+        wv, wy, wx, wl = sch.get_loops(acc)[-4:]
+        sch.reorder(wy, wx, wv, wl)
+    sch.vectorize(wl)
+    sch.unroll(wv)
+    return wx
 
 
 class Conv2dPackedNCHW(CPUScheduleRule):
@@ -213,11 +297,16 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         if found is None:
             return None
         sch, conv, loops, extents = found
-        n, f, y, x, rc, ry, rx = loops
-        panel = _panel_width(sch, conv)
+        panel, block = _panel_width(sch, conv)
         # vectors of the target's lanes; of the panel's width when it is narrower (weights
         # packed for AVX2 scheduled for AVX-512)
         lanes = math.gcd(panel, vector_lanes(target))
+        if block is not None:
+            if block != lanes:  # channel blocks of another vector width
+                return None
+            # as NCHW's loops n, f, y, x, rc, ry, rx (fused below, once the pixels are)
+            ext_n, ext_fb, *rest, ext_fl, ext_rc, ext_ry, ext_rx = extents
+            extents = [ext_n, ext_fb * ext_fl, *rest, ext_rc, ext_ry, ext_rx]
         pads = split_producers(sch, conv)
         if pads is None:
             return None
@@ -225,52 +314,58 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         width = x_ext
         vectors = panel // lanes
         pointwise = _pointwise(pads, extents)
+        flat = self.flatten and pointwise
         if self.k_blocking and (
-            not pointwise or blocks_pointwise(extents[2] * x_ext, extents[4], extents[1])
+            not pointwise
+            or blocks_pointwise(extents[2] * x_ext, extents[4], extents[1], block is not None)
         ):
             cols = blocked_columns(x_ext, vectors, vector_registers(target), self.max_cols)
             if cols is not None:
-                return self._k_blocked(sch, conv, extents, pads, panel, lanes, cols)
-        flat = self.flatten and pointwise
+                if block is not None:
+                    _fuse_channel_blocks(sch, conv)
+                return self._k_blocked(sch, conv, extents, pads, panel, lanes, cols, block)
         if flat:
             # a 1x1 convolution: one pixel axis p = y*W + x, tiled across the rows
-            n, f, y, x, rc, ry, rx = flatten_conv_pixels(sch, conv, width)
+            if block is None:
+                n, f, y, x, rc, ry, rx = flatten_conv_pixels(sch, conv, width)
+            else:
+                n, f, y, x, rc, ry, rx = _flatten_blocked_pixels(sch, conv, width)
             x_ext = extents[2] * width
+        elif block is not None:
+            n, f, y, x, rc, ry, rx = _fuse_channel_blocks(sch, conv)
+        else:
+            n, f, y, x, rc, ry, rx = loops
         cols = pixel_tile(x_ext, vectors, vector_registers(target), self.acc_vectors, self.max_cols)
+        # NCHWc, one pixel axis: the pixel tiles in the parallel loop too (few panels on a
+        # large map left the vEUs idle), in tiles that divide the pixels (nothing to shift)
+        pixel_parallel = flat and block is not None
+        if pixel_parallel and x_ext % cols:
+            cols = max(
+                range(1, cols + 1),
+                key=lambda c: (x_ext % c == 0, capped_tile_score(vectors, c, x_ext, c), c),
+            )
+            pixel_parallel = x_ext % cols == 0
         fo, fin = sch.split(f, [None, panel])
         fv, fl = sch.split(fin, [vectors, lanes])
         xo, xi = sch.split(x, [None, cols])
         sch.reorder(n, fo, y, xo, rc, ry, rx, fv, xi, fl)
         acc = sch.cache_write(conv, 0, "local")
         # channels innermost in the accumulator, as in the vectors (else a strided gather)
-        if flat:
-            sch.transform_layout(
-                conv, ("write", 0), lambda n_, f_, y_, x_: (n_, y_ * width + x_, f_)
-            )
-        else:
-            sch.transform_layout(conv, ("write", 0), lambda n_, f_, y_, x_: (n_, y_, x_, f_))
+        sch.transform_layout(conv, ("write", 0), _channels_last(block, width if flat else None))
         handled, tail = epilogue_tail(sch, acc)
         if not handled:
             return None
         if flat:
-            sch.transform_block_layout(acc, lambda n_, f_, y_, x_: (n_, f_, y_ * width + x_))
+            sch.transform_block_layout(acc, _pixels_flat(block, width))
         sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
-        par = sch.fuse(n, fo, y)
+        par = sch.fuse(n, fo, y, xo) if pixel_parallel else sch.fuse(n, fo, y)
         for pad in pads:
             sch.compute_at(pad, par, preserve_unit_loops=True)
         if tail is not None and not tail_in_tile(sch, tail, par, lanes):
             return None
         # the write-back in channel vectors: bias loads and the activation vectorise, the
-        # stores go to one column of F/T rows each
-        if flat:
-            wf, wx = sch.get_loops(acc)[-2:]
-            sch.reorder(wx, wf)
-        else:
-            wf, wy, wx = sch.get_loops(acc)[-3:]
-            sch.reorder(wy, wx, wf)
-        wv, wl = sch.split(wf, [vectors, lanes])
-        sch.vectorize(wl)
-        sch.unroll(wv)
+        # stores go to one column of F/T rows each (in NCHWc: one vector each)
+        wx = _write_back_vectors(sch, acc, block, vectors, lanes, flat)
         if self.unroll_write_columns:
             sch.unroll(wx)
         # vectorize and parallelize before decompose_reduction (see conv2d_nchw)
@@ -281,17 +376,23 @@ class Conv2dPackedNCHW(CPUScheduleRule):
             sch.unroll(rx)
         sch.parallel(par)
         init = sch.decompose_reduction(conv, rc)
+        if pixel_parallel:
+            finish_tile_blocks(sch, (init,), par, lanes)
+            return sch
         finish_tile_blocks(sch, (init,), xo, lanes)
         return with_last_tile_shifted(sch, xo, cols, x_ext)
 
-    def _k_blocked(self, sch, conv, extents, pads, panel, lanes, cols):
+    def _k_blocked(self, sch, conv, extents, pads, panel, lanes, cols, block):
         """The K-blocked schedule (module docstring): ``rfactor`` over the channel blocks
         makes the register tile (its partial sum over one block, computed at the tile loop)
         and the band's accumulation of those partial sums, each a block TVM can place."""
         _, f_ext, y_ext, x_ext, c_ext, ry_ext, rx_ext = extents
         vectors = panel // lanes
         rc = sch.get_loops(conv)[4]
-        rco, _ = sch.split(rc, [None, k_block(c_ext, ry_ext * rx_ext, panel)])
+        kb = k_block(c_ext, ry_ext * rx_ext, panel)
+        if block is not None:  # whole channel blocks: the input's vectors, not halves
+            kb = block * split_divisible(c_ext // block, max(1, kb // block))
+        rco, _ = sch.split(rc, [None, kb])
         tile = sch.rfactor(rco, 0)
         n, f, y, x, rco = sch.get_loops(conv)
         fo, fin = sch.split(f, [None, panel])
@@ -300,7 +401,7 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         xo, xi = sch.split(x, [None, cols])
         sch.reorder(n, fo, yo, rco, y, xo, fv, xi, fl)
         acc = sch.cache_write(conv, 0, "local")
-        sch.transform_layout(conv, ("write", 0), lambda n_, f_, y_, x_: (n_, y_, x_, f_))
+        sch.transform_layout(conv, ("write", 0), _channels_last(block, None))
         handled, tail = epilogue_tail(sch, acc)
         if not handled:
             return None
@@ -311,15 +412,19 @@ class Conv2dPackedNCHW(CPUScheduleRule):
             sch.compute_at(pad, rco, preserve_unit_loops=True)
         if tail is not None and not tail_in_tile(sch, tail, par, lanes):
             return None
-        wf, wy, wx = sch.get_loops(acc)[-3:]
-        sch.reorder(wy, wx, wf)
-        wv, wl = sch.split(wf, [vectors, lanes])
-        sch.vectorize(wl)
-        sch.unroll(wv)
+        _write_back_vectors(sch, acc, block, vectors, lanes, flat=False)
         # the register tile: channel vectors innermost, as in the unblocked schedule
-        sch.transform_layout(tile, ("write", 0), lambda k, n_, f_, y_, x_: (k, n_, y_, x_, f_))
-        _, _, t_f, _, t_x, t_rc, t_ry, t_rx = loops_below(sch, tile, xo)
-        t_v, t_l = sch.split(t_f, [vectors, lanes])
+        if block is None:
+            sch.transform_layout(tile, ("write", 0), lambda k, n_, f_, y_, x_: (k, n_, y_, x_, f_))
+        else:
+            sch.transform_layout(
+                tile, ("write", 0), lambda k, n_, fb, y_, x_, fl: (k, n_, y_, x_, fb, fl)
+            )
+        if block is None:
+            _, _, t_f, _, t_x, t_rc, t_ry, t_rx = loops_below(sch, tile, xo)
+            t_v, t_l = sch.split(t_f, [vectors, lanes])
+        else:  # the tile's loops follow its buffer's axes: fb and fl apart
+            _, _, t_v, _, t_x, t_l, t_rc, t_ry, t_rx = loops_below(sch, tile, xo)
         sch.reorder(t_rc, t_ry, t_rx, t_v, t_x, t_l)
         sch.vectorize(t_l)
         sch.unroll(t_v)

@@ -1,0 +1,194 @@
+"""BlockedChannels and Conv2dPackedNCHW on ``conv2d_nchwc``: convolutions in channel blocks of
+the vector width, the layout carried between them; numerics against TVM's own build of the
+NCHW module."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_rtask
+from tests.backend.cpu.rules.common import LLVM, NATIVE, called_names
+from tvm_rtask.backend.cpu.blocked_channels import NCHWC_NAME, BlockedChannels, blocked_layouts
+from tvm_rtask.backend.cpu.rules import RULE_ATTR, schedule_cpu_func
+from tvm_rtask.errors import OptionError
+from tvm_rtask.relax_passes import prepare_pipeline
+
+AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+
+
+class _Builder:
+    """A small NCHW network with constant weights that keep activations alive (scaled by
+    fan-in, biases about half positive)."""
+
+    def __init__(self, channels: int, hw: int, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.bb = relax.BlockBuilder()
+        self.x = relax.Var("x", relax.TensorType((1, channels, hw, hw), "float32"))
+
+    def conv(self, y, cin, cout, k, stride=1, groups=1, relu=True):
+        w = self.rng.standard_normal((cout, cin // groups, k, k)) / np.sqrt(cin * k * k / groups)
+        b = self.rng.standard_normal((1, cout, 1, 1)) * 0.3
+        y = self.bb.emit(
+            relax.op.nn.conv2d(
+                y,
+                relax.const(w.astype("float32")),
+                strides=(stride, stride),
+                padding=(k // 2, k // 2),
+                groups=groups,
+            )
+        )
+        y = self.bb.emit(relax.op.add(y, relax.const(b.astype("float32"))))
+        return self.bb.emit(relax.op.nn.relu(y)) if relu else y
+
+
+def _resnet_like(channels=32, hw=16):
+    """A stem of 3 channels, max pool, a bottleneck with a strided downsampling 1x1, a
+    residual join, a depthwise convolution (stays NCHW), global mean and a dense layer."""
+    net = _Builder(3, hw * 2)
+    with net.bb.function("main", [net.x]):
+        with net.bb.dataflow():
+            y = net.conv(net.x, 3, channels, 3, stride=2)  # RGB stem: NCHW
+            y = net.bb.emit(relax.op.nn.max_pool2d(y, pool_size=(3, 3), padding=(1, 1)))
+            a = net.conv(y, channels, channels, 1)
+            a = net.conv(a, channels, channels, 3, stride=2)
+            a = net.conv(a, channels, 4 * channels, 1, relu=False)
+            d = net.conv(y, channels, 4 * channels, 1, stride=2, relu=False)
+            y = net.bb.emit(relax.op.nn.relu(relax.op.add(a, d)))
+            y = net.conv(y, 4 * channels, 4 * channels, 3, groups=4 * channels)  # depthwise
+            y = net.conv(y, 4 * channels, 2 * channels, 1)
+            y = net.bb.emit(relax.op.mean(y, axis=[2, 3]))
+            w = net.rng.standard_normal((2 * channels, 10)) / np.sqrt(2 * channels)
+            out = net.bb.emit_output(relax.op.matmul(y, relax.const(w.astype("float32"))))
+        net.bb.emit_func_output(out)
+    return net.bb.get(), (1, 3, hw * 2, hw * 2)
+
+
+def _tvm_reference(mod, x):
+    ex = tvm.compile(mod, LLVM)
+    return relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def _conv_call(cin, cout, k, hw=14, groups=1):
+    net = _Builder(cin, hw)
+    with net.bb.function("main", [net.x]):
+        with net.bb.dataflow():
+            out = net.bb.emit_output(net.conv(net.x, cin, cout, k, groups=groups, relu=False))
+        net.bb.emit_func_output(out)
+    mod = net.bb.get()
+    calls = []
+    relax.analysis.post_order_visit(
+        mod["main"].body,
+        lambda e: (
+            calls.append(e)
+            if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d"
+            else None
+        ),
+    )
+    return calls[0]
+
+
+@pytest.mark.parametrize(
+    "cin, cout, k, groups, expected",
+    [
+        (64, 128, 3, 1, ["NCHW16c", "OIHW32o"]),
+        (256, 64, 1, 1, ["NCHW16c", "OIHW32o"]),
+        (3, 64, 7, 1, None),  # a stem: input channels not in whole vectors
+        (24, 64, 3, 1, None),
+        (64, 64, 3, 64, None),  # depthwise
+        (64, 1000, 1, 1, None),  # no panel divides 1000 channels
+    ],
+)
+def test_blocked_layouts_takes_the_convolutions_the_rule_can_schedule(
+    cin, cout, k, groups, expected
+):
+    assert blocked_layouts(_conv_call(cin, cout, k, groups=groups), 16, 32) == expected
+
+
+def test_the_pass_blocks_the_convolutions_and_keeps_the_others_in_nchw():
+    mod, _ = _resnet_like()
+    blocked = prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod)
+    names = called_names(blocked)
+    assert sum(NCHWC_NAME in n for n in names) >= 4  # the bottleneck's and the last 1x1
+    assert any("conv2d" in n and NCHWC_NAME not in n for n in names)  # stem, depthwise
+    assert any("layout_transform" in n for n in names)
+
+
+@pytest.mark.parametrize("policy", ["sequential", "wavefront"])
+@pytest.mark.parametrize("target", [NATIVE, AVX512], ids=["native", "avx512"])
+def test_a_blocked_model_matches_tvms_build(policy, target):
+    if target is AVX512 and "avx512f" not in _host_features():
+        pytest.skip("AVX-512 code does not run on this CPU")
+    mod, shape = _resnet_like()
+    x = np.random.default_rng(1).standard_normal(shape).astype("float32")
+    expected = _tvm_reference(mod, x)
+    assert np.abs(expected).max() > 0.5 and np.std(expected) > 0.1
+    ex, plan = tvm_rtask.compile_with_plan(mod, target, policy=policy, cpu_layout="nchwc")
+    names = {k for p in plan.programs() for k in p.ops()}
+    assert any(NCHWC_NAME in n for n in names), names
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def _host_features() -> set[str]:
+    from tvm.target import codegen
+
+    return {str(f) for f in codegen.llvm_get_cpu_features(NATIVE)}
+
+
+CASES = {
+    # name: (cin, cout, hw, k, stride): which schedule of the rule each takes
+    "3x3_k_blocked_14": (64, 64, 14, 3, 1),
+    "3x3_s2_k_blocked": (32, 64, 28, 3, 2),
+    "3x3_rows_of_17": (32, 32, 17, 3, 1),  # no whole tiles: row by row, last tile shifted
+    "1x1_k_blocked_7": (256, 128, 7, 1, 1),
+    "1x1_pixel_parallel_28": (64, 256, 28, 1, 1),
+    "1x1_s2_pixel_parallel": (64, 128, 28, 1, 2),
+    "1x1_one_panel_56": (64, 64, 56, 1, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_nchwc_schedule_matches_tvms_build_and_is_the_rules(case):
+    cin, cout, hw, k, stride = CASES[case]
+    net = _Builder(cin, hw)
+    with net.bb.function("main", [net.x]):
+        with net.bb.dataflow():
+            y = net.conv(net.x, cin, cout, k, stride=stride)
+            y = net.bb.emit(relax.op.add(y, relax.op.nn.relu(y)))  # an elementwise tail
+            out = net.bb.emit_output(y)
+        net.bb.emit_func_output(out)
+    mod = net.bb.get()
+    prepared = prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod)
+    funcs = [prepared[g] for g in prepared.get_global_vars() if NCHWC_NAME in g.name_hint]
+    assert len(funcs) == 1
+    scheduled = schedule_cpu_func(funcs[0], AVX512)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "Conv2dPackedNCHW"
+    x = np.random.default_rng(1).standard_normal((1, cin, hw, hw)).astype("float32")
+    expected = _tvm_reference(mod, x)
+    assert np.mean(expected > 0) > 0.2 and np.abs(expected).max() > 0.5
+    ex = tvm_rtask.compile(mod, NATIVE, policy="sequential", cpu_layout="nchwc")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_cpu_layout_is_checked():
+    mod, _ = _resnet_like()
+    with pytest.raises(OptionError, match="cpu_layout"):
+        tvm_rtask.compile(mod, "llvm", cpu_layout="nhwc")
+
+
+def test_a_model_tvm_cannot_convert_stays_in_nchw_with_a_warning(monkeypatch):
+    def refuse(*_args):
+        def fail(_mod):
+            raise tvm.error.InternalError("Layouts must have the same size")
+
+        return fail
+
+    monkeypatch.setattr(relax.transform, "ConvertLayout", refuse)
+    mod, _ = _resnet_like()
+    with pytest.warns(UserWarning, match="stays in NCHW"):
+        out = BlockedChannels(16, 32)(mod)
+    tvm.ir.assert_structural_equal(out, mod)
