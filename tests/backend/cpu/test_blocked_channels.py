@@ -11,7 +11,12 @@ from tvm import relax
 
 import tvm_rtask
 from tests.backend.cpu.rules.common import LLVM, NATIVE, called_names
-from tvm_rtask.backend.cpu.blocked_channels import NCHWC_NAME, BlockedChannels, blocked_layouts
+from tvm_rtask.backend.cpu.blocked_channels import (
+    DEPTHWISE_NAME,
+    NCHWC_NAME,
+    BlockedChannels,
+    blocked_layouts,
+)
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, schedule_cpu_func
 from tvm_rtask.errors import OptionError
 from tvm_rtask.relax_passes import prepare_pipeline
@@ -46,7 +51,8 @@ class _Builder:
 
 def _resnet_like(channels=32, hw=16):
     """A stem of 3 channels, max pool, a bottleneck with a strided downsampling 1x1, a
-    residual join, a depthwise convolution (stays NCHW), global mean and a dense layer."""
+    residual join, a depthwise and a grouped convolution (stays NCHW), global mean and a
+    dense layer."""
     net = _Builder(3, hw * 2)
     with net.bb.function("main", [net.x]):
         with net.bb.dataflow():
@@ -58,9 +64,10 @@ def _resnet_like(channels=32, hw=16):
             d = net.conv(y, channels, 4 * channels, 1, stride=2, relu=False)
             y = net.bb.emit(relax.op.nn.relu(relax.op.add(a, d)))
             y = net.conv(y, 4 * channels, 4 * channels, 3, groups=4 * channels)  # depthwise
+            y = net.conv(y, 4 * channels, 4 * channels, 3, groups=2)  # grouped: NCHW
             y = net.conv(y, 4 * channels, 2 * channels, 1)
             y = net.bb.emit(relax.op.mean(y, axis=[2, 3]))
-            w = net.rng.standard_normal((2 * channels, 10)) / np.sqrt(2 * channels)
+            w = net.rng.standard_normal((2 * channels, 10)) * 4 / np.sqrt(2 * channels)
             out = net.bb.emit_output(relax.op.matmul(y, relax.const(w.astype("float32"))))
         net.bb.emit_func_output(out)
     return net.bb.get(), (1, 3, hw * 2, hw * 2)
@@ -93,12 +100,14 @@ def _conv_call(cin, cout, k, hw=14, groups=1):
 @pytest.mark.parametrize(
     "cin, cout, k, groups, expected",
     [
-        (64, 128, 3, 1, ["NCHW16c", "OIHW32o"]),
-        (256, 64, 1, 1, ["NCHW16c", "OIHW32o"]),
-        (3, 64, 7, 1, None),  # a stem: input channels not in whole vectors
-        (24, 64, 3, 1, None),
-        (64, 64, 3, 64, None),  # depthwise
-        (64, 1000, 1, 1, None),  # no panel divides 1000 channels
+        (64, 128, 3, 1, ["NCHW16c", "OIHW32o", "NCHW16c"]),
+        (256, 64, 1, 1, ["NCHW16c", "OIHW32o", "NCHW16c"]),
+        (3, 64, 7, 1, ["NCHW", "OIHW32o", "NCHW16c"]),  # an RGB stem: its input stays NCHW
+        (24, 64, 3, 1, ["NCHW", "OIHW32o", "NCHW16c"]),
+        (144, 24, 1, 1, ["NCHW16c", "OIHW24o", "NCHW"]),  # to 24 channels: half vectors
+        (64, 64, 3, 64, ["NCHW16c", "OIHW16o", "NCHW16c"]),  # depthwise
+        (64, 64, 3, 4, None),  # grouped
+        (24, 40, 1, 1, None),  # neither side in whole vectors
     ],
 )
 def test_blocked_layouts_takes_the_convolutions_the_rule_can_schedule(
@@ -112,7 +121,8 @@ def test_the_pass_blocks_the_convolutions_and_keeps_the_others_in_nchw():
     blocked = prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod)
     names = called_names(blocked)
     assert sum(NCHWC_NAME in n for n in names) >= 4  # the bottleneck's and the last 1x1
-    assert any("conv2d" in n and NCHWC_NAME not in n for n in names)  # stem, depthwise
+    assert any(DEPTHWISE_NAME in n for n in names)
+    assert any("conv2d" in n and "nchwc" not in n for n in names)  # stem, grouped
     assert any("layout_transform" in n for n in names)
 
 
@@ -147,25 +157,46 @@ CASES = {
     "1x1_pixel_parallel_28": (64, 256, 28, 1, 1),
     "1x1_s2_pixel_parallel": (64, 128, 28, 1, 2),
     "1x1_one_panel_56": (64, 64, 56, 1, 1),
+    "1x1_17x17_panels_in_parallel": (64, 192, 17, 1, 1),  # 289 pixels: no tile divides
+    "3x3_s2_rgb_stem_to_blocks": (3, 32, 32, 3, 2),  # input NCHW, output blocked
+    "1x1_blocks_to_24_channels": (144, 24, 14, 1, 1),  # input blocked, output NCHW
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+DEPTHWISE_CASES = {
+    # name: (channels, hw, k, stride)
+    "dw_3x3_112": (32, 112, 3, 1),
+    "dw_3x3_s2": (64, 28, 3, 2),
+    "dw_5x5_7": (128, 7, 5, 1),
+    "dw_3x3_rows_of_17": (16, 17, 3, 1),
+}
+RULE_OF = {
+    **dict.fromkeys(CASES, "Conv2dPackedNCHW"),
+    **dict.fromkeys(DEPTHWISE_CASES, "WindowNCHWc"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES) + list(DEPTHWISE_CASES))
 def test_each_nchwc_schedule_matches_tvms_build_and_is_the_rules(case):
-    cin, cout, hw, k, stride = CASES[case]
+    if case in CASES:
+        cin, cout, hw, k, stride = CASES[case]
+        groups = 1
+    else:
+        cin, hw, k, stride = DEPTHWISE_CASES[case]
+        cout = groups = cin
     net = _Builder(cin, hw)
     with net.bb.function("main", [net.x]):
         with net.bb.dataflow():
-            y = net.conv(net.x, cin, cout, k, stride=stride)
+            y = net.conv(net.x, cin, cout, k, stride=stride, groups=groups)
             y = net.bb.emit(relax.op.add(y, relax.op.nn.relu(y)))  # an elementwise tail
             out = net.bb.emit_output(y)
         net.bb.emit_func_output(out)
     mod = net.bb.get()
     prepared = prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod)
-    funcs = [prepared[g] for g in prepared.get_global_vars() if NCHWC_NAME in g.name_hint]
+    funcs = [prepared[g] for g in prepared.get_global_vars() if "nchwc" in g.name_hint]
     assert len(funcs) == 1
     scheduled = schedule_cpu_func(funcs[0], AVX512)
-    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "Conv2dPackedNCHW"
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == RULE_OF[case]
     x = np.random.default_rng(1).standard_normal((1, cin, hw, hw)).astype("float32")
     expected = _tvm_reference(mod, x)
     assert np.mean(expected > 0) > 0.2 and np.abs(expected).max() > 0.5
@@ -192,3 +223,27 @@ def test_a_model_tvm_cannot_convert_stays_in_nchw_with_a_warning(monkeypatch):
     with pytest.warns(UserWarning, match="stays in NCHW"):
         out = BlockedChannels(16, 32)(mod)
     tvm.ir.assert_structural_equal(out, mod)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pools_between_blocked_convolutions_stay_blocked_and_match(kind):
+    net = _Builder(32, 14)
+    with net.bb.function("main", [net.x]):
+        with net.bb.dataflow():
+            y = net.conv(net.x, 32, 32, 3)
+            pool = relax.op.nn.max_pool2d if kind == "max" else relax.op.nn.avg_pool2d
+            y = net.bb.emit(pool(y, pool_size=(3, 3), strides=(2, 2), padding=(1, 1)))
+            out = net.bb.emit_output(net.conv(y, 32, 64, 1))
+        net.bb.emit_func_output(out)
+    mod = net.bb.get()
+    prepared = prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod)
+    (pool_func,) = [prepared[g] for g in prepared.get_global_vars() if "pool" in g.name_hint]
+    assert len(pool_func.params[0].ty.shape) == 5  # the pool runs in NCHW16c
+    scheduled = schedule_cpu_func(pool_func, AVX512)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "WindowNCHWc"
+    x = np.random.default_rng(1).standard_normal((1, 32, 14, 14)).astype("float32")
+    expected = _tvm_reference(mod, x)
+    assert np.mean(expected > 0) > 0.2 and np.abs(expected).max() > 0.5
+    ex = tvm_rtask.compile(mod, NATIVE, policy="sequential", cpu_layout="nchwc")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())

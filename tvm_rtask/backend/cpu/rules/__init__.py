@@ -27,6 +27,7 @@ from .row_partials import RowPartials
 from .row_reduction import RowReduction
 from .row_softmax import RowSoftmax
 from .row_sum import RowSum
+from .window_nchwc import WindowNCHWc
 
 RULE_ATTR = "rtask.cpu_rule"
 
@@ -36,6 +37,7 @@ __all__ = [
     "Conv2dNCHW",
     "Conv2dPackedNCHW",
     "DepthwiseConv2dNCHW",
+    "WindowNCHWc",
     "MatmulKN",
     "Pool2dNCHW",
     "RowPartials",
@@ -51,7 +53,8 @@ __all__ = [
 
 
 def default_rules() -> list[CPUScheduleRule]:
-    """Convolutions (packed weights first, depthwise before the general direct rule), window
+    """Convolutions (packed weights and channel blocks first, depthwise before the general
+    direct rule), window
     pooling (before RowReduction, which takes a 3x3 average pool too, up to 3.5x slower),
     matrix products, then sums over trailing axes with the adds vectorised (global pooling,
     squeeze-and-excitation means), softmax rows and other row normalizations (layer norm) with
@@ -59,6 +62,7 @@ def default_rules() -> list[CPUScheduleRule]:
     TVM's ``dlight.cpu.Reduction``)."""
     return [
         Conv2dPackedNCHW(),
+        WindowNCHWc(),
         DepthwiseConv2dNCHW(),
         Conv2dNCHW(),
         Pool2dNCHW(),

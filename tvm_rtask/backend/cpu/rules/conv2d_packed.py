@@ -76,6 +76,9 @@ BAND_PIXELS = 196
 MIN_BAND_TASKS = 8
 K_BLOCK_BYTES = 16 * 1024
 BLOCKED_MIN_COLUMNS = 4
+# An NCHWc 1x1 convolution's pixel tiles go into the parallel loop in tiles of at least this
+# many columns that divide its pixels (768 -> 192 at 17x17 in tiles of one pixel: 1.9x slower)
+MIN_PIXEL_TILE = 4
 # Accumulators of a K-blocked register tile at most (with the broadcasts of its columns
 # kept alive across an unrolled kernel row): three vectors x 8 columns ran 27% slower than
 # two x 8 at 56x56 (64 -> 192 3x3), three x 7 faster than two x 7 at 7x7 and 14x14.
@@ -167,7 +170,7 @@ def _panel_width(sch: s_tir.Schedule, block) -> tuple[int, int | None] | None:
     if not weights or not isinstance(weights[-1][4], tirx.IntImm):
         return None
     panel = int(weights[-1][4].value)
-    if channel_block is not None and (panel % channel_block or len(weights) != 2):
+    if channel_block is not None and panel % channel_block:
         return None
     return panel, channel_block
 
@@ -191,6 +194,15 @@ def _pointwise(pads: list, extents: list[int]) -> bool:
     """A 1x1 convolution without padding: its output pixels flatten into one axis (each
     reads one input pixel, broadcast; strided or not)."""
     return not pads and extents[5] == 1 and extents[6] == 1
+
+
+def _input_block(sch: s_tir.Schedule, conv) -> int | None:
+    """The channel block of a convolution's input in NCHWc (its first read, 5-D beside the
+    5-D weight), None for an NCHW input."""
+    reads = [r.source.shape for r in sch.get(conv).reads if len(r.source.shape) == 5]
+    if len(reads) != 2 or not isinstance(reads[0][4], tirx.IntImm):
+        return None
+    return int(reads[0][4].value)
 
 
 def _fuse_channel_blocks(sch: s_tir.Schedule, conv) -> list:
@@ -338,13 +350,14 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         cols = pixel_tile(x_ext, vectors, vector_registers(target), self.acc_vectors, self.max_cols)
         # NCHWc, one pixel axis: the pixel tiles in the parallel loop too (few panels on a
         # large map left the vEUs idle), in tiles that divide the pixels (nothing to shift)
+        # (where none of MIN_PIXEL_TILE or more columns divides them, 17x17: the panels in
+        # parallel, the last tile shifted back as in NCHW)
         pixel_parallel = flat and block is not None
         if pixel_parallel and x_ext % cols:
-            cols = max(
-                range(1, cols + 1),
-                key=lambda c: (x_ext % c == 0, capped_tile_score(vectors, c, x_ext, c), c),
-            )
-            pixel_parallel = x_ext % cols == 0
+            dividing = [c for c in range(MIN_PIXEL_TILE, cols + 1) if x_ext % c == 0]
+            pixel_parallel = bool(dividing)
+            if dividing:
+                cols = max(dividing, key=lambda c: (capped_tile_score(vectors, c, x_ext, c), c))
         fo, fin = sch.split(f, [None, panel])
         fv, fl = sch.split(fin, [vectors, lanes])
         xo, xi = sch.split(x, [None, cols])
@@ -390,8 +403,9 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         vectors = panel // lanes
         rc = sch.get_loops(conv)[4]
         kb = k_block(c_ext, ry_ext * rx_ext, panel)
-        if block is not None:  # whole channel blocks: the input's vectors, not halves
-            kb = block * split_divisible(c_ext // block, max(1, kb // block))
+        in_block = _input_block(sch, conv)
+        if in_block is not None:  # whole channel blocks: the input's vectors, not halves
+            kb = in_block * split_divisible(c_ext // in_block, max(1, kb // in_block))
         rco, _ = sch.split(rc, [None, kb])
         tile = sch.rfactor(rco, 0)
         n, f, y, x, rco = sch.get_loops(conv)
