@@ -18,6 +18,7 @@ from tvm_rtask.backend.cpu.blocked_channels import (
     blocked_layouts,
 )
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, schedule_cpu_func
+from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
 from tvm_rtask.errors import OptionError
 from tvm_rtask.relax_passes import prepare_pipeline
 
@@ -49,7 +50,7 @@ class _Builder:
         return self.bb.emit(relax.op.nn.relu(y)) if relu else y
 
 
-def _resnet_like(channels=32, hw=16):
+def _resnet_like(channels=32, hw=16, grouped=True):
     """A stem of 3 channels, max pool, a bottleneck with a strided downsampling 1x1, a
     residual join, a depthwise and a grouped convolution (stays NCHW), global mean and a
     dense layer."""
@@ -64,7 +65,8 @@ def _resnet_like(channels=32, hw=16):
             d = net.conv(y, channels, 4 * channels, 1, stride=2, relu=False)
             y = net.bb.emit(relax.op.nn.relu(relax.op.add(a, d)))
             y = net.conv(y, 4 * channels, 4 * channels, 3, groups=4 * channels)  # depthwise
-            y = net.conv(y, 4 * channels, 4 * channels, 3, groups=2)  # grouped: NCHW
+            if grouped:  # stays in NCHW
+                y = net.conv(y, 4 * channels, 4 * channels, 3, groups=2)
             y = net.conv(y, 4 * channels, 2 * channels, 1)
             y = net.bb.emit(relax.op.mean(y, axis=[2, 3]))
             w = net.rng.standard_normal((2 * channels, 10)) * 4 / np.sqrt(2 * channels)
@@ -118,7 +120,7 @@ def test_blocked_layouts_takes_the_convolutions_the_rule_can_schedule(
 
 def test_the_pass_blocks_the_convolutions_and_keeps_the_others_in_nchw():
     mod, _ = _resnet_like()
-    blocked = prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod)
+    blocked = prepare_pipeline(target_passes=[BlockedChannels(16, 32, max_layout_changes=4)])(mod)
     names = called_names(blocked)
     assert sum(NCHWC_NAME in n for n in names) >= 4  # the bottleneck's and the last 1x1
     assert any(DEPTHWISE_NAME in n for n in names)
@@ -126,12 +128,20 @@ def test_the_pass_blocks_the_convolutions_and_keeps_the_others_in_nchw():
     assert any("layout_transform" in n for n in names)
 
 
+def test_a_model_with_more_layout_changes_than_allowed_stays_in_nchw():
+    """The grouped convolution keeps NCHW inside the blocked part: two changes of layout
+    around it, and one back before the mean."""
+    mod, _ = _resnet_like()
+    names = called_names(prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod))
+    assert not any("nchwc" in n or "layout_transform" in n for n in names)
+
+
 @pytest.mark.parametrize("policy", ["sequential", "wavefront"])
 @pytest.mark.parametrize("target", [NATIVE, AVX512], ids=["native", "avx512"])
 def test_a_blocked_model_matches_tvms_build(policy, target):
     if target is AVX512 and "avx512f" not in _host_features():
         pytest.skip("AVX-512 code does not run on this CPU")
-    mod, shape = _resnet_like()
+    mod, shape = _resnet_like(grouped=False)
     x = np.random.default_rng(1).standard_normal(shape).astype("float32")
     expected = _tvm_reference(mod, x)
     assert np.abs(expected).max() > 0.5 and np.std(expected) > 0.1
@@ -163,6 +173,27 @@ CASES = {
 }
 
 
+def _blocked_alone(mod, cin, hw, rule, part="nchwc"):
+    """``mod`` prepared with the pass told to block even one convolution, its one operator
+    named ``part`` scheduled for this CPU by ``rule``, in TVM's own build; its output and
+    that of TVM's build of ``mod``."""
+    lanes, registers = vector_lanes(NATIVE), vector_registers(NATIVE)
+    blocked = BlockedChannels(lanes, registers, max_layout_changes=4, min_blocked_convs=1)
+    prepared = prepare_pipeline(target_passes=[blocked])(mod)
+    (gvar,) = [g for g in prepared.get_global_vars() if part in g.name_hint]
+    if part != "nchwc":
+        assert len(prepared[gvar].params[0].ty.shape) == 5  # it runs in channel blocks
+    scheduled = schedule_cpu_func(prepared[gvar], NATIVE)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == rule
+    prepared[gvar] = scheduled
+    x = np.random.default_rng(1).standard_normal((1, cin, hw, hw)).astype("float32")
+    expected = _tvm_reference(mod, x)
+    assert np.mean(expected > 0) > 0.2 and np.abs(expected).max() > 0.5
+    ex = tvm.compile(prepared, NATIVE)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    return got, expected
+
+
 DEPTHWISE_CASES = {
     # name: (channels, hw, k, stride)
     "dw_3x3_112": (32, 112, 3, 1),
@@ -192,16 +223,7 @@ def test_each_nchwc_schedule_matches_tvms_build_and_is_the_rules(case):
             out = net.bb.emit_output(y)
         net.bb.emit_func_output(out)
     mod = net.bb.get()
-    prepared = prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod)
-    funcs = [prepared[g] for g in prepared.get_global_vars() if "nchwc" in g.name_hint]
-    assert len(funcs) == 1
-    scheduled = schedule_cpu_func(funcs[0], AVX512)
-    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == RULE_OF[case]
-    x = np.random.default_rng(1).standard_normal((1, cin, hw, hw)).astype("float32")
-    expected = _tvm_reference(mod, x)
-    assert np.mean(expected > 0) > 0.2 and np.abs(expected).max() > 0.5
-    ex = tvm_rtask.compile(mod, NATIVE, policy="sequential", cpu_layout="nchwc")
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    got, expected = _blocked_alone(mod, cin, hw, RULE_OF[case])
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
@@ -235,15 +257,74 @@ def test_pools_between_blocked_convolutions_stay_blocked_and_match(kind):
             y = net.bb.emit(pool(y, pool_size=(3, 3), strides=(2, 2), padding=(1, 1)))
             out = net.bb.emit_output(net.conv(y, 32, 64, 1))
         net.bb.emit_func_output(out)
-    mod = net.bb.get()
-    prepared = prepare_pipeline(target_passes=[BlockedChannels(16, 32)])(mod)
-    (pool_func,) = [prepared[g] for g in prepared.get_global_vars() if "pool" in g.name_hint]
-    assert len(pool_func.params[0].ty.shape) == 5  # the pool runs in NCHW16c
-    scheduled = schedule_cpu_func(pool_func, AVX512)
-    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "WindowNCHWc"
+    got, expected = _blocked_alone(net.bb.get(), 32, 14, "WindowNCHWc", part="pool")
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def _onnx_relu6_chain():
+    """An ONNX MobileNet-like chain: 1x1, Clip(0, 6), depthwise 3x3, Clip, 1x1 to 24
+    channels; TVM's importer writes each Clip as ``call_tir`` of a max / min."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def weight(name, shape):
+        fan = int(np.prod(shape[1:]))
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) * 2 / np.sqrt(fan)).astype("float32"), name
+        )
+
+    inits = [
+        weight("w1", (64, 32, 1, 1)),
+        weight("w2", (64, 1, 3, 3)),
+        weight("w3", (24, 64, 1, 1)),
+        numpy_helper.from_array(np.array(0.0, "float32"), "lo"),
+        numpy_helper.from_array(np.array(6.0, "float32"), "hi"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"]),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["b"]),
+        helper.make_node("Conv", ["b", "w2"], ["c"], group=64, pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c", "lo", "hi"], ["d"]),
+        helper.make_node("Conv", ["d", "w3"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "relu6_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 14, 14])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_clip_keeps_the_blocked_layout_and_matches():
+    mod = tvm_rtask.frontend.load(_onnx_relu6_chain())
+    blocked = BlockedChannels(16, 32, min_blocked_convs=1)(mod)
+    data_transforms = []
+
+    def visit(expr):
+        if op_name_of(expr) == "relax.layout_transform" and not isinstance(
+            expr.args[0], tvm.ir.expr.Constant
+        ):
+            data_transforms.append(expr)
+
+    relax.analysis.post_order_visit(blocked["main"].body, visit)
+    # into blocks before the first convolution; none after the last (it writes NCHW)
+    assert len(data_transforms) == 1
+    lanes, registers = vector_lanes(NATIVE), vector_registers(NATIVE)
+    prepared = prepare_pipeline(
+        target_passes=[BlockedChannels(lanes, registers, min_blocked_convs=1)]
+    )(mod)
     x = np.random.default_rng(1).standard_normal((1, 32, 14, 14)).astype("float32")
     expected = _tvm_reference(mod, x)
     assert np.mean(expected > 0) > 0.2 and np.abs(expected).max() > 0.5
-    ex = tvm_rtask.compile(mod, NATIVE, policy="sequential", cpu_layout="nchwc")
+    ex = tvm.compile(prepared, NATIVE)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def op_name_of(expr):
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None

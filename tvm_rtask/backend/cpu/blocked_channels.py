@@ -25,13 +25,28 @@ from __future__ import annotations
 import re
 import warnings
 
+import numpy as np
 import tvm
-from tvm import relax, te, topi
+import tvm_ffi
+from tvm import relax, s_tir, te, topi
 
 from ...relax_exprs import OUT_EWISE_FUSABLE, ints, op_name, rewrite_functions, static_shape_of
 from .pack_conv_weights import conv_panel
 
 NCHWC_NAME = "conv2d_nchwc"
+# A convolution whose output channels are not whole vectors writes NCHW in panels of half
+# vectors only up to this many weights: SqueezeNet's 512 -> 1000 classifier at 13x13 ran
+# 1075 us so against 704 as Conv2dNCHW's GEMM (an NCHW input, one layout change before it)
+HALF_PANEL_MAX_WEIGHTS = 64 * 1024
+# A model is blocked when it has at least MIN_BLOCKED_CONVS convolutions to block, and
+# ConvertLayout leaves at most MAX_LAYOUT_CHANGES layout changes of computed tensors (the
+# model's input and output) or one per CONVS_PER_LAYOUT_CHANGE blocked convolutions: more
+# and the model stays in NCHW (EfficientNet-B0 kept 25 changes around its squeeze-and-
+# excitation blocks, ResNeXt-50 33 around its grouped convolutions, against 1 for ResNet-50,
+# DenseNet-121, Inception v3, MobileNet v2 and GoogLeNet)
+MIN_BLOCKED_CONVS = 4
+MAX_LAYOUT_CHANGES = 2
+CONVS_PER_LAYOUT_CHANGE = 16
 DEPTHWISE_NAME = "depthwise_conv2d_nchwc"
 _DATA = re.compile(r"^NCHW(\d+)c$")
 _KERNEL = re.compile(r"^OIHW(\d+)o$")
@@ -75,6 +90,8 @@ def blocked_layouts(call: relax.Call, lanes: int, registers: int) -> list[str] |
         return None
     if not blocked_out:
         if not blocked_in or out_channels % (lanes // 2):
+            return None
+        if int(np.prod(w_shape)) > HALF_PANEL_MAX_WEIGHTS:
             return None
         panel_lanes = lanes // 2
     else:
@@ -204,15 +221,112 @@ class _Lowering(relax.PyExprMutator):
         )
 
 
+def _scalar_bound(func) -> str | None:
+    """``"maximum"`` / ``"minimum"`` when ``func`` is an elementwise max / min of a tensor and
+    a 0-d tensor (how TVM's ONNX importer writes Clip: ``call_tir`` of ``topi.maximum``);
+    else None."""
+    if not isinstance(func, tvm.tirx.PrimFunc) or len(func.params) != 3:
+        return None
+    blocks = []
+    tvm_ffi.structural_map(func.body, (s_tir.SBlock, lambda b: blocks.append(b) or b))
+    real = [b for b in blocks if b.name_hint != "root"]
+    if len(real) != 1 or not isinstance(real[0].body, tvm.tirx.BufferStore):
+        return None
+    value = real[0].body.value
+    kinds = {tvm.tirx.Max: "maximum", tvm.tirx.Min: "minimum"}
+    kind = next((k for t, k in kinds.items() if isinstance(value, t)), None)
+    if kind is None or len(real[0].reads) != 2 or len(real[0].reads[1].region) != 0:
+        return None
+    return kind
+
+
+def _count(mod: tvm.IRModule, matches) -> int:
+    """How many expressions of ``mod``'s Relax functions ``matches`` accepts."""
+    found = []
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(
+                func.body, lambda e: found.append(e) if matches(e) else None
+            )
+    return len(found)
+
+
+def _changes_data_layout(expr) -> bool:
+    """A ``layout_transform`` of a tensor computed at run time (a weight's folds away)."""
+    return op_name(expr) == "relax.layout_transform" and not isinstance(
+        expr.args[0], tvm.ir.expr.Constant
+    )
+
+
+@relax.expr_functor.mutator
+class _ScalarBoundsAsOps(relax.PyExprMutator):
+    """``call_tir`` of a max / min with a 0-d tensor as Relax's ``maximum`` / ``minimum``,
+    which ``ConvertLayout`` carries through (a ``call_tir`` keeps its NCHW: MobileNet v2's
+    ReLU6 took the layout back and forth around every convolution)."""
+
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.mod_ = mod
+
+    def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
+        call = self.visit_expr_post_order(call)
+        if op_name(call) != "relax.call_tir" or not isinstance(call.args[0], relax.GlobalVar):
+            return call
+        kind = _scalar_bound(self.mod_[call.args[0]])
+        args = call.args[1]
+        if kind is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
+            return call
+        return getattr(relax.op, kind)(args.fields[0], args.fields[1])
+
+
+_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
+
+
+@relax.expr_functor.mutator
+class _ConstantsOfFullRank(relax.PyExprMutator):
+    """A constant operand of an elementwise binary operator with fewer axes than the other
+    (a batch norm's ``[C, 1, 1]`` scale) with the missing leading axes added, which does
+    not change the broadcast: ``ConvertLayout`` carries a layout only through operands of
+    the same rank (DenseNet-121's pre-activations went back to NCHW around every
+    convolution)."""
+
+    def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
+        call = self.visit_expr_post_order(call)
+        name = op_name(call)
+        if name is None or name.rpartition(".")[2] not in _BINARY or len(call.args) != 2:
+            return call
+        args = list(call.args)
+        ranks = [len(static_shape_of(a) or []) for a in args]
+        for i, arg in enumerate(args):
+            other = ranks[1 - i]
+            if isinstance(arg, tvm.ir.expr.Constant) and 0 < ranks[i] < other:
+                value = arg.value.numpy()
+                args[i] = relax.const(value.reshape((1,) * (other - value.ndim) + value.shape))
+        if all(a.same_as(b) for a, b in zip(args, call.args, strict=True)):
+            return call
+        return getattr(relax.op, name.rpartition(".")[2])(*args)
+
+
 @tvm.transform.module_pass(opt_level=0, name="BlockedChannels")
 class BlockedChannels:
     """Every convolution :func:`blocked_layouts` accepts in ``NCHW{lanes}c``, the layout
     carried between them by ``ConvertLayout`` (module docstring); ``lanes``: float32 lanes
-    of the target's vectors, ``registers``: its vector registers."""
+    of the target's vectors, ``registers``: its vector registers. The model stays in NCHW
+    where it has fewer than ``min_blocked_convs`` convolutions to block, or the conversion
+    leaves more than ``max_layout_changes`` changes of layout (or one per
+    :data:`CONVS_PER_LAYOUT_CHANGE` blocked convolutions)."""
 
-    def __init__(self, lanes: int, registers: int) -> None:
+    def __init__(
+        self,
+        lanes: int,
+        registers: int,
+        max_layout_changes: int = MAX_LAYOUT_CHANGES,
+        min_blocked_convs: int = MIN_BLOCKED_CONVS,
+    ) -> None:
         self.lanes = lanes
         self.registers = registers
+        self.max_layout_changes = max_layout_changes
+        self.min_blocked_convs = min_blocked_convs
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         def layouts(call):
@@ -223,14 +337,35 @@ class BlockedChannels:
             chosen = blocked_layouts(call, self.lanes, self.registers)
             return {"relax.nn.conv2d": chosen or ["NCHW", "OIHW", "NCHW"]}
 
+        def blockable(expr) -> bool:
+            return op_name(expr) == "relax.nn.conv2d" and (
+                blocked_layouts(expr, self.lanes, self.registers) is not None
+            )
+
+        if _count(mod, blockable) < self.min_blocked_convs:
+            return mod  # nothing to gain (ViT's patch embedding), FoldConstant spared
+        original = mod
+        mod = relax.transform.FoldConstant()(mod)  # Clip's bounds: isnan / where of constants
+        mod = relax.transform.DeadCodeElimination()(rewrite_functions(mod, _ScalarBoundsAsOps(mod)))
+        mod = rewrite_functions(mod, _ConstantsOfFullRank(mod))
         try:
             converted = relax.transform.ConvertLayout({}, layouts)(mod)
-        except (tvm.error.InternalError, ValueError, TypeError) as err:
+        except (tvm.error.InternalError, ValueError, TypeError, MemoryError) as err:
             # TVM's layout inference cannot carry NCHWc through some operator of this
             # model: it stays in NCHW (the packed convolutions then serve it)
             warnings.warn(
                 f"tvm_rtask: the model stays in NCHW: ConvertLayout failed: {err}",
                 stacklevel=2,
             )
-            return mod
+            return original
+        changes = _count(converted, _changes_data_layout)
+        blocked = _count(
+            converted,
+            lambda e: op_name(e) == "relax.nn.conv2d" and str(e.attrs.out_layout) != "NCHW",
+        )
+        if changes > max(self.max_layout_changes, blocked // CONVS_PER_LAYOUT_CHANGE):
+            # operators TVM keeps in NCHW between the blocked convolutions (grouped
+            # convolutions, squeeze-and-excitation on channel counts not whole vectors):
+            # each costs a pass over its tensor both ways, more than the blocks gain
+            return original
         return rewrite_functions(converted, _Lowering(converted))
