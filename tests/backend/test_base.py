@@ -25,6 +25,11 @@ def test_cpu_rules_on_cuda_are_refused():
         plan_options({"cpu_rules": True}, None, as_target("cuda"))
 
 
+def test_cpu_layout_on_cuda_is_refused():
+    with pytest.raises(OptionError, match="cpu_layout applies to llvm targets only"):
+        plan_options({"cpu_layout": "nchwc"}, None, as_target("cuda"))
+
+
 def test_global_barrier_on_cuda_is_refused_not_ignored():
     with pytest.raises(OptionError, match="barrier='global' is not implemented on CUDA"):
         plan_options({"barrier": "global"}, None, as_target("cuda"))

@@ -25,7 +25,7 @@ from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 # the limits of policies/limits.py: wavefront, wavefront_global, ios, opara).
 MAX_OPS_PER_PROGRAM = 64
 RTASKS_PER_VEU = 2
-DEFAULT_LAYOUT = "nchw"
+DEFAULT_LAYOUT = "nchwc"
 VARIANT_INFIX = "_rk"
 
 

@@ -251,13 +251,6 @@ def _count(mod: tvm.IRModule, matches) -> int:
     return len(found)
 
 
-def _changes_data_layout(expr) -> bool:
-    """A ``layout_transform`` of a tensor computed at run time (a weight's folds away)."""
-    return op_name(expr) == "relax.layout_transform" and not isinstance(
-        expr.args[0], tvm.ir.expr.Constant
-    )
-
-
 @relax.expr_functor.mutator
 class _ScalarBoundsAsOps(relax.PyExprMutator):
     """``call_tir`` of a max / min with a 0-d tensor as Relax's ``maximum`` / ``minimum``,
@@ -283,12 +276,12 @@ _BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
 
 
 @relax.expr_functor.mutator
-class _ConstantsOfFullRank(relax.PyExprMutator):
-    """A constant operand of an elementwise binary operator with fewer axes than the other
-    (a batch norm's ``[C, 1, 1]`` scale) with the missing leading axes added, which does
-    not change the broadcast: ``ConvertLayout`` carries a layout only through operands of
-    the same rank (DenseNet-121's pre-activations went back to NCHW around every
-    convolution)."""
+class _OperandsOfFullRank(relax.PyExprMutator):
+    """An operand of an elementwise binary operator with fewer axes than the other (a batch
+    norm's ``[C, 1, 1]`` scale) with the missing leading axes added, which does not change
+    the broadcast (a constant reshaped here, any other operand by a ``reshape`` that folds
+    later): ``ConvertLayout`` carries a layout only through operands of the same rank
+    (DenseNet-121's pre-activations went back to NCHW around every convolution)."""
 
     def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
         call = self.visit_expr_post_order(call)
@@ -296,15 +289,38 @@ class _ConstantsOfFullRank(relax.PyExprMutator):
         if name is None or name.rpartition(".")[2] not in _BINARY or len(call.args) != 2:
             return call
         args = list(call.args)
-        ranks = [len(static_shape_of(a) or []) for a in args]
+        shapes = [static_shape_of(a) for a in args]
+        if any(shape is None for shape in shapes):
+            return call
         for i, arg in enumerate(args):
-            other = ranks[1 - i]
-            if isinstance(arg, tvm.ir.expr.Constant) and 0 < ranks[i] < other:
-                value = arg.value.numpy()
-                args[i] = relax.const(value.reshape((1,) * (other - value.ndim) + value.shape))
+            shape, other = shapes[i], len(shapes[1 - i])
+            if not 0 < len(shape) < other:
+                continue
+            full = (1,) * (other - len(shape)) + tuple(shape)
+            if isinstance(arg, tvm.ir.expr.Constant):
+                args[i] = relax.const(arg.value.numpy().reshape(full))
+            else:
+                args[i] = relax.op.reshape(arg, full)
         if all(a.same_as(b) for a, b in zip(args, call.args, strict=True)):
             return call
         return getattr(relax.op, name.rpartition(".")[2])(*args)
+
+
+def _data_layout_changes(mod: tvm.IRModule) -> int:
+    """``layout_transform`` calls of tensors computed from a function's parameters (the
+    model's data; those of weights and other constants fold at compile time)."""
+    changes = 0
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function):
+            continue
+        data = {p for p in func.params}
+        bindings = [b for block in func.body.blocks for b in block.bindings]
+        for binding in bindings:
+            if any(v in data for v in relax.analysis.free_vars(binding.value)):
+                data.add(binding.var)
+                if op_name(binding.value) == "relax.layout_transform":
+                    changes += 1
+    return changes
 
 
 @tvm.transform.module_pass(opt_level=0, name="BlockedChannels")
@@ -345,9 +361,8 @@ class BlockedChannels:
         if _count(mod, blockable) < self.min_blocked_convs:
             return mod  # nothing to gain (ViT's patch embedding), FoldConstant spared
         original = mod
-        mod = relax.transform.FoldConstant()(mod)  # Clip's bounds: isnan / where of constants
         mod = relax.transform.DeadCodeElimination()(rewrite_functions(mod, _ScalarBoundsAsOps(mod)))
-        mod = rewrite_functions(mod, _ConstantsOfFullRank(mod))
+        mod = rewrite_functions(mod, _OperandsOfFullRank(mod))
         try:
             converted = relax.transform.ConvertLayout({}, layouts)(mod)
         except (tvm.error.InternalError, ValueError, TypeError, MemoryError) as err:
@@ -358,7 +373,7 @@ class BlockedChannels:
                 stacklevel=2,
             )
             return original
-        changes = _count(converted, _changes_data_layout)
+        changes = _data_layout_changes(converted)
         blocked = _count(
             converted,
             lambda e: op_name(e) == "relax.nn.conv2d" and str(e.attrs.out_layout) != "NCHW",
