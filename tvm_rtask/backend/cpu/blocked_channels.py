@@ -45,6 +45,7 @@ HALF_PANEL_MAX_WEIGHTS = 64 * 1024
 # excitation blocks, ResNeXt-50 33 around its grouped convolutions, against 1 for ResNet-50,
 # DenseNet-121, Inception v3, MobileNet v2 and GoogLeNet)
 MIN_BLOCKED_CONVS = 4
+SMALL_TENSOR = 4096
 MAX_LAYOUT_CHANGES = 2
 CONVS_PER_LAYOUT_CHANGE = 16
 DEPTHWISE_NAME = "depthwise_conv2d_nchwc"
@@ -308,7 +309,9 @@ class _OperandsOfFullRank(relax.PyExprMutator):
 
 def _data_layout_changes(mod: tvm.IRModule) -> int:
     """``layout_transform`` calls of tensors computed from a function's parameters (the
-    model's data; those of weights and other constants fold at compile time)."""
+    model's data; those of weights and other constants fold at compile time), of more than
+    :data:`SMALL_TENSOR` elements (a squeeze-and-excitation's channel vector costs
+    nothing)."""
     changes = 0
     for func in mod.functions.values():
         if not isinstance(func, relax.Function):
@@ -318,7 +321,11 @@ def _data_layout_changes(mod: tvm.IRModule) -> int:
         for binding in bindings:
             if any(v in data for v in relax.analysis.free_vars(binding.value)):
                 data.add(binding.var)
-                if op_name(binding.value) == "relax.layout_transform":
+                shape = static_shape_of(binding.var) or []
+                if (
+                    op_name(binding.value) == "relax.layout_transform"
+                    and int(np.prod(shape)) > SMALL_TENSOR
+                ):
                     changes += 1
     return changes
 

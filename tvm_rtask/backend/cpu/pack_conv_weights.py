@@ -189,11 +189,10 @@ def conv_panel(
     pixels = ((x_shape[2] - 1) // stride + 1) * out_width
     if blocked and blocks_pointwise(pixels, in_channels, channels, pointwise_always):
         return blocked
-    if packs_pointwise(pixels, lanes):
-        return pointwise_panel(channels, lanes, registers)
-    if pointwise_always:  # pixel tiles in parallel too: any count of panels
+    panel = pointwise_panel(channels, lanes, registers) if packs_pointwise(pixels, lanes) else None
+    if panel is None and pointwise_always:  # pixel tiles in parallel too: any count of panels
         return channel_panel(channels, lanes, registers)
-    return None
+    return panel
 
 
 @relax.expr_functor.mutator
