@@ -28,10 +28,10 @@ import warnings
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import relax, s_tir, te, topi
+from tvm import relax, s_tir, te
 
 from ...relax_exprs import OUT_EWISE_FUSABLE, ints, op_name, rewrite_functions, static_shape_of
-from .pack_conv_weights import conv_panel
+from .pack_conv_weights import conv2d_over_panels, conv_output_size, conv_panel, pad_spatial
 
 NCHWC_NAME = "conv2d_nchwc"
 # A convolution whose output channels are not whole vectors writes NCHW in panels of half
@@ -116,52 +116,12 @@ def _blocks(layout: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _conv2d_nchwc(
-    x: te.Tensor, packed: te.Tensor, strides, padding, dilation, out_block
-) -> te.Tensor:
-    """A convolution over weights in panels of ``T`` output channels, its input and output
-    each in NCHW or in channel blocks (5-D; ``out_block``: the output's block, or None)."""
-    in_block = int(x.shape[4]) if len(x.shape) == 5 else None
-    n, h, w = (int(x.shape[i]) for i in (0, 2, 3))
-    panels, c_extent, kh, kw, width = (int(d) for d in packed.shape)
-    (sh, sw), (dh, dw) = strides, dilation
-    top, left, bottom, right = padding
-    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
-    if any(padding):
-        before, after = [0, 0, top, left], [0, 0, bottom, right]
-        if in_block:
-            before, after = before + [0], after + [0]
-        x = topi.nn.pad(x, before, after, name="pad_temp")
-    rc = te.reduce_axis((0, c_extent), name="rc")
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
-
-    def read(b, c, y, xx):
-        return x[b, c // in_block, y, xx, c % in_block] if in_block else x[b, c, y, xx]
-
-    def total(b, f, y, xx):
-        value = read(b, rc, y * sh + ry * dh, xx * sw + rx * dw)
-        return te.sum(value * packed[f // width, rc, ry, rx, f % width], axis=[rc, ry, rx])
-
-    if out_block is None:
-        return te.compute((n, panels * width, out_h, out_w), total, name=NCHWC_NAME)
-    return te.compute(
-        (n, panels * width // out_block, out_h, out_w, out_block),
-        lambda b, fb, y, xx, fl: total(b, fb * out_block + fl, y, xx),
-        name=NCHWC_NAME,
-    )
-
-
 def _depthwise_conv2d_nchwc(x: te.Tensor, weight: te.Tensor, strides, padding, dilation):
-    n, blocks, h, w, block = (int(d) for d in x.shape)
+    n, blocks, _, _, block = (int(d) for d in x.shape)
     _, _, kh, kw, _ = (int(d) for d in weight.shape)
     (sh, sw), (dh, dw) = strides, dilation
-    top, left, bottom, right = padding
-    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
-    if any(padding):
-        x = topi.nn.pad(x, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="pad_temp")
+    out_h, out_w = conv_output_size(x, (kh, kw), strides, padding, dilation)
+    x = pad_spatial(x, padding)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     return te.compute(
@@ -210,13 +170,14 @@ class _Lowering(relax.PyExprMutator):
                 primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
             )
         return self.builder_.call_te(
-            _conv2d_nchwc,
+            conv2d_over_panels,
             call.args[0],
             call.args[1],
             ints(attrs.strides),
             padding,
             ints(attrs.dilation),
             _blocks(out),
+            NCHWC_NAME,
             primfunc_name_hint=NCHWC_NAME,
             primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
         )

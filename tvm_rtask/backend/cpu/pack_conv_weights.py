@@ -134,26 +134,62 @@ def pack_weight(weight: np.ndarray, width: int) -> np.ndarray:
     )
 
 
-def _conv2d_packed(x: te.Tensor, packed: te.Tensor, strides, padding, dilation) -> te.Tensor:
-    n, _, h, w = (int(d) for d in x.shape)
-    blocks, c_extent, kh, kw, width = (int(d) for d in packed.shape)
-    (sh, sw), (dh, dw) = strides, dilation
+def conv_output_size(x: te.Tensor, kernel, strides, padding, dilation) -> tuple[int, int]:
+    """Output rows and columns of a convolution of ``x`` (NCHW or NCHWc) with a ``kernel``
+    of ``(kh, kw)`` and four-sided ``padding``."""
+    h, w = int(x.shape[2]), int(x.shape[3])
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilation
     top, left, bottom, right = padding
-    out_h = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    out_w = (w + left + right - (kw - 1) * dw - 1) // sw + 1
-    if any(padding):
-        x = topi.nn.pad(x, [0, 0, top, left], [0, 0, bottom, right], name="pad_temp")
+    return (
+        (h + top + bottom - (kh - 1) * dh - 1) // sh + 1,
+        (w + left + right - (kw - 1) * dw - 1) // sw + 1,
+    )
+
+
+def pad_spatial(x: te.Tensor, padding) -> te.Tensor:
+    """``x`` (NCHW or NCHWc) padded on its rows and columns (``pad_temp``), or itself."""
+    if not any(padding):
+        return x
+    top, left, bottom, right = padding
+    rest = [0] * (len(x.shape) - 4)
+    return topi.nn.pad(x, [0, 0, top, left, *rest], [0, 0, bottom, right, *rest], name="pad_temp")
+
+
+def conv2d_over_panels(
+    x: te.Tensor,
+    packed: te.Tensor,
+    strides,
+    padding,
+    dilation,
+    out_block: int | None = None,
+    name: str = PACKED_NAME,
+) -> te.Tensor:
+    """A convolution over weights in panels of ``T`` output channels (``packed[f // T, c,
+    i, j, f % T]``), its input NCHW or in channel blocks (5-D), its output NCHW or, with
+    ``out_block``, in blocks of that many channels."""
+    in_block = int(x.shape[4]) if len(x.shape) == 5 else None
+    n = int(x.shape[0])
+    panels, c_extent, kh, kw, width = (int(d) for d in packed.shape)
+    (sh, sw), (dh, dw) = strides, dilation
+    out_h, out_w = conv_output_size(x, (kh, kw), strides, padding, dilation)
+    x = pad_spatial(x, padding)
     rc = te.reduce_axis((0, c_extent), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
+
+    def read(b, c, y, xx):
+        return x[b, c // in_block, y, xx, c % in_block] if in_block else x[b, c, y, xx]
+
+    def total(b, f, y, xx):
+        value = read(b, rc, y * sh + ry * dh, xx * sw + rx * dw)
+        return te.sum(value * packed[f // width, rc, ry, rx, f % width], axis=[rc, ry, rx])
+
+    if out_block is None:
+        return te.compute((n, panels * width, out_h, out_w), total, name=name)
     return te.compute(
-        (n, blocks * width, out_h, out_w),
-        lambda b, f, y, xx: te.sum(
-            x[b, rc, y * sh + ry * dh, xx * sw + rx * dw]
-            * packed[f // width, rc, ry, rx, f % width],
-            axis=[rc, ry, rx],
-        ),
-        name="conv2d_packed",
+        (n, panels * width // out_block, out_h, out_w, out_block),
+        lambda b, fb, y, xx, fl: total(b, fb * out_block + fl, y, xx),
+        name=name,
     )
 
 
@@ -240,7 +276,7 @@ class _Rewriter(relax.PyExprMutator):
         if width is None:
             return call
         return self.builder_.call_te(
-            _conv2d_packed,
+            conv2d_over_panels,
             x,
             relax.const(pack_weight(weight, width)),
             ints(attrs.strides),
