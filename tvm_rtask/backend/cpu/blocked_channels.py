@@ -39,11 +39,12 @@ NCHWC_NAME = "conv2d_nchwc"
 # 1075 us so against 704 as Conv2dNCHW's GEMM (an NCHW input, one layout change before it)
 HALF_PANEL_MAX_WEIGHTS = 64 * 1024
 # A model is blocked when it has at least MIN_BLOCKED_CONVS convolutions to block, and
-# ConvertLayout leaves at most MAX_LAYOUT_CHANGES layout changes of computed tensors (the
-# model's input and output) or one per CONVS_PER_LAYOUT_CHANGE blocked convolutions: more
-# and the model stays in NCHW (EfficientNet-B0 kept 25 changes around its squeeze-and-
-# excitation blocks, ResNeXt-50 33 around its grouped convolutions, against 1 for ResNet-50,
-# DenseNet-121, Inception v3, MobileNet v2 and GoogLeNet)
+# ConvertLayout leaves at most MAX_LAYOUT_CHANGES layout changes of computed tensors of more
+# than SMALL_TENSOR elements (the model's input and output; a squeeze-and-excitation's
+# channel vector costs nothing) or one per CONVS_PER_LAYOUT_CHANGE blocked convolutions:
+# more and the model stays in NCHW (ResNeXt-50 kept 32 changes around its grouped
+# convolutions, MobileNet v3 32 around its hard-swish, ConvNeXt-T 42, against at most 1 for
+# ResNet-50, DenseNet-121, EfficientNet-B0, Inception v3, MobileNet v2 and GoogLeNet)
 MIN_BLOCKED_CONVS = 4
 SMALL_TENSOR = 4096
 MAX_LAYOUT_CHANGES = 2

@@ -35,14 +35,19 @@ def test_depthwise_convolutions_match_tvms_build(case):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
-@pytest.mark.parametrize("kind", ["max", "avg"])
-def test_pools_between_blocked_convolutions_stay_blocked_and_match(kind):
+@pytest.mark.parametrize(
+    "kind, size, stride, pad",
+    [("max", 3, 2, 1), ("avg", 3, 2, 1), ("avg", 7, 1, 0)],  # 7x7: a window left a loop
+)
+def test_pools_between_blocked_convolutions_stay_blocked_and_match(kind, size, stride, pad):
     net = Builder(32, 14)
     with net.bb.function("main", [net.x]):
         with net.bb.dataflow():
             y = net.conv(net.x, 32, 32, 3)
             pool = relax.op.nn.max_pool2d if kind == "max" else relax.op.nn.avg_pool2d
-            y = net.bb.emit(pool(y, pool_size=(3, 3), strides=(2, 2), padding=(1, 1)))
+            y = net.bb.emit(
+                pool(y, pool_size=(size, size), strides=(stride, stride), padding=(pad, pad))
+            )
             out = net.bb.emit_output(net.conv(y, 32, 64, 1))
         net.bb.emit_func_output(out)
     got, expected = blocked_alone(net.bb.get(), 32, 14, "WindowNCHWc", part="pool")

@@ -43,6 +43,7 @@ from .base import (
 # the bands of rows and channel blocks make at least MIN_TASKS parallel tasks where the rows
 # allow (two vEUs of two rTasks each, with room to balance)
 MIN_TASKS = 8
+MIN_COLUMNS = 4
 
 
 def _channel_block(sch: s_tir.Schedule, block) -> int | None:
@@ -83,10 +84,13 @@ def band_rows(height: int, blocks: int) -> int:
 
 class WindowNCHWc(CPUScheduleRule):
     """Depthwise convolution or pooling in NCHWc: a register tile of columns of one channel
-    block; see the module docstring. ``max_cols``: the most columns of a tile."""
+    block; see the module docstring. ``max_cols``: the most columns of a tile;
+    ``unroll_window``: windows of up to this many taps are unrolled (a large pooling
+    window is a loop)."""
 
-    def __init__(self, max_cols: int = 8):
+    def __init__(self, max_cols: int = 8, unroll_window: int = 25):
         self.max_cols = max_cols
+        self.unroll_window = unroll_window
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
         found = float32_reduction(
@@ -101,9 +105,11 @@ class WindowNCHWc(CPUScheduleRule):
         if pads is None or len(pads) > 1:
             return None
         _, cb_ext, y_ext, x_ext, lanes, ry_ext, rx_ext = extents
-        room = vector_registers(target) - 2
-        cols = min(self.max_cols, room, x_ext)
-        cols = max(range(1, cols + 1), key=lambda t: (x_ext % t == 0, t)) if x_ext > cols else cols
+        cols = min(self.max_cols, vector_registers(target) - 2, x_ext)
+        # a tile that divides the row where one of MIN_COLUMNS or more does (else the last
+        # tile shifted back: rows of 17 in tiles of one column would waste the registers)
+        dividing = [t for t in range(MIN_COLUMNS, cols + 1) if x_ext % t == 0]
+        cols = max(dividing) if dividing else cols
         yo, yi = sch.split(y, [None, band_rows(y_ext, cb_ext)])
         xo, xi = sch.split(x, [None, cols])
         sch.reorder(n, cb, yo, yi, xo, ry, rx, xi, c)
@@ -119,8 +125,9 @@ class WindowNCHWc(CPUScheduleRule):
             sch.vectorize(pad_loops[-1])
         sch.vectorize(c)
         sch.unroll(xi)
-        sch.unroll(rx)
-        sch.unroll(ry)
+        if ry_ext * rx_ext <= self.unroll_window:
+            sch.unroll(rx)
+            sch.unroll(ry)
         sch.parallel(par)
         init = sch.decompose_reduction(conv, ry)
         finish_tile_blocks(sch, (init, acc), xo, lanes)
