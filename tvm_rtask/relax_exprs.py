@@ -34,6 +34,13 @@ def ints(values) -> list[int]:
     return [int(v) for v in values]
 
 
+def four_sided_padding(attrs) -> list[int]:
+    """A convolution's padding as ``[top, left, bottom, right]`` (Relax also allows two
+    values, one per axis)."""
+    padding = ints(attrs.padding)
+    return padding * 2 if len(padding) == 2 else padding
+
+
 def nchw_conv(attrs) -> bool:
     """A ``relax.nn.conv2d`` on NCHW data with an OIHW kernel, its output NCHW too."""
     return (

@@ -22,6 +22,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 
+from ..relax_exprs import four_sided_padding
 from .dataflow import handle, main_dataflow, static_shape
 
 CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -60,9 +61,7 @@ def _as_conv(index: int, binding: relax.Binding) -> _Conv | None:
     wshape = static_shape(weight.ty)
     if wshape is None or len(wshape) != 4 or static_shape(data.ty) is None:
         return None
-    padding = _ints(a.padding)
-    if len(padding) == 2:
-        padding = padding * 2
+    padding = tuple(four_sided_padding(a))
     key = (
         handle(data),
         _ints(a.strides),

@@ -20,6 +20,7 @@ from tvm_rtask.backend.cpu.blocked_channels import (
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, schedule_cpu_func
 from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
 from tvm_rtask.errors import OptionError
+from tvm_rtask.relax_exprs import op_name
 from tvm_rtask.relax_passes import prepare_pipeline
 
 AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
@@ -275,7 +276,7 @@ def test_clip_keeps_the_blocked_layout_and_matches():
     data_transforms = []
 
     def visit(expr):
-        if op_name_of(expr) == "relax.layout_transform" and not isinstance(
+        if op_name(expr) == "relax.layout_transform" and not isinstance(
             expr.args[0], tvm.ir.expr.Constant
         ):
             data_transforms.append(expr)
@@ -293,9 +294,3 @@ def test_clip_keeps_the_blocked_layout_and_matches():
     ex = tvm.compile(prepared, NATIVE)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
-
-
-def op_name_of(expr):
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-        return expr.op.name
-    return None

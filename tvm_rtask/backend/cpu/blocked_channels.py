@@ -30,7 +30,14 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir, te
 
-from ...relax_exprs import OUT_EWISE_FUSABLE, ints, op_name, rewrite_functions, static_shape_of
+from ...relax_exprs import (
+    OUT_EWISE_FUSABLE,
+    four_sided_padding,
+    ints,
+    op_name,
+    rewrite_functions,
+    static_shape_of,
+)
 from .pack_conv_weights import conv2d_over_panels, conv_output_size, conv_panel, pad_spatial
 
 NCHWC_NAME = "conv2d_nchwc"
@@ -54,11 +61,6 @@ _DATA = re.compile(r"^NCHW(\d+)c$")
 _KERNEL = re.compile(r"^OIHW(\d+)o$")
 
 
-def _shapes(call: relax.Call):
-    x, w = call.args
-    return static_shape_of(x), static_shape_of(w)
-
-
 def blocked_layouts(call: relax.Call, lanes: int, registers: int) -> list[str] | None:
     """``[data, kernel, out]`` layouts for ``call`` (an NCHW ``conv2d``) in channel blocks of
     ``lanes``, or None to leave it as it is: float32, batch 1, and either
@@ -79,7 +81,7 @@ def blocked_layouts(call: relax.Call, lanes: int, registers: int) -> list[str] |
         or str(attrs.out_dtype) not in ("", "None", "float32")
     ):
         return None
-    x_shape, w_shape = _shapes(call)
+    x_shape, w_shape = (static_shape_of(arg) for arg in call.args)
     if x_shape is None or w_shape is None or len(x_shape) != 4 or len(w_shape) != 4:
         return None
     if str(call.args[0].ty.dtype) != "float32" or x_shape[0] != 1:
@@ -98,9 +100,7 @@ def blocked_layouts(call: relax.Call, lanes: int, registers: int) -> list[str] |
         panel_lanes = lanes // 2
     else:
         panel_lanes = lanes
-    padding = ints(attrs.padding)
-    if len(padding) == 2:
-        padding = padding * 2
+    padding = four_sided_padding(attrs)
     panel = conv_panel(
         w_shape, x_shape, attrs, padding, panel_lanes, registers, pointwise_always=True
     )
@@ -152,9 +152,7 @@ class _Lowering(relax.PyExprMutator):
             return call
         if any(side != "NCHW" and _blocks(side) is None for side in (data, out)):
             return call
-        padding = ints(attrs.padding)
-        if len(padding) == 2:
-            padding = padding * 2
+        padding = four_sided_padding(attrs)
         groups = int(attrs.groups)
         if groups != 1:
             x_shape = static_shape_of(call.args[0])
@@ -328,7 +326,7 @@ class BlockedChannels:
             )
 
         if _count(mod, blockable) < self.min_blocked_convs:
-            return mod  # nothing to gain (ViT's patch embedding), FoldConstant spared
+            return mod  # nothing to gain (ViT's patch embedding)
         original = mod
         mod = relax.transform.DeadCodeElimination()(rewrite_functions(mod, _ScalarBoundsAsOps(mod)))
         mod = rewrite_functions(mod, _OperandsOfFullRank(mod))

@@ -40,6 +40,7 @@ from tvm import relax, te, topi
 from ...relax_exprs import (
     OUT_EWISE_FUSABLE,
     bound_value,
+    four_sided_padding,
     ints,
     nchw_conv,
     op_name,
@@ -267,9 +268,7 @@ class _Rewriter(relax.PyExprMutator):
         weight = self._constant_weight(w)
         if weight is None or weight.shape[1] != x_shape[1]:
             return call
-        padding = ints(attrs.padding)
-        if len(padding) == 2:
-            padding = padding * 2
+        padding = four_sided_padding(attrs)
         if weight.shape[1] < MIN_INPUT_CHANNELS:  # an image's stem: Conv2dNCHW is faster
             return call
         width = self._panel(weight.shape, x_shape, attrs, padding)

@@ -430,14 +430,12 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         # the register tile: channel vectors innermost, as in the unblocked schedule
         if block is None:
             sch.transform_layout(tile, ("write", 0), lambda k, n_, f_, y_, x_: (k, n_, y_, x_, f_))
-        else:
-            sch.transform_layout(
-                tile, ("write", 0), lambda k, n_, fb, y_, x_, fl: (k, n_, y_, x_, fb, fl)
-            )
-        if block is None:
             _, _, t_f, _, t_x, t_rc, t_ry, t_rx = loops_below(sch, tile, xo)
             t_v, t_l = sch.split(t_f, [vectors, lanes])
         else:  # the tile's loops follow its buffer's axes: fb and fl apart
+            sch.transform_layout(
+                tile, ("write", 0), lambda k, n_, fb, y_, x_, fl: (k, n_, y_, x_, fb, fl)
+            )
             _, _, t_v, _, t_x, t_l, t_rc, t_ry, t_rx = loops_below(sch, tile, xo)
         sch.reorder(t_rc, t_ry, t_rx, t_v, t_x, t_l)
         sch.vectorize(t_l)
