@@ -41,6 +41,21 @@ def test_an_unknown_host_cpu_is_plain_llvm(monkeypatch):
     assert "mcpu" not in as_target("llvm-native").attrs
 
 
+@pytest.mark.skipif(not X86, reason="x86 feature names")
+def test_extensions_the_host_lacks_are_turned_off(monkeypatch):
+    # a virtual machine LLVM calls "sapphirerapids" whose guest has no AMX and no AVX512-FP16
+    monkeypatch.setattr(host, "host_cpu_name", lambda: "sapphirerapids")
+    full = set(host.target_isa_features(Target({"kind": "llvm", "mcpu": "sapphirerapids"})))
+    assert {"amx-tile", "avx512fp16", "avx512f"} <= full
+    guest = frozenset(full - {"amx-tile", "amx-int8", "amx-bf16", "avx512fp16"})
+    monkeypatch.setattr(host, "host_isa_features", lambda: guest)
+    target = as_target("llvm-native")
+    assert str(target.attrs["mcpu"]) == "sapphirerapids"
+    assert {"-amx-tile", "-avx512fp16"} <= {str(a) for a in target.attrs["mattr"]}
+    assert set(host.target_isa_features(target)) == guest
+    assert host.missing_host_features(host.target_isa_features(target)) == []
+
+
 def test_an_unknown_mcpu_is_one_line():
     with pytest.raises(OptionError, match="LLVM knows no CPU 'nosuchcpu'") as info:
         as_target({"kind": "llvm", "mcpu": "nosuchcpu"})

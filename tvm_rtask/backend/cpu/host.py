@@ -111,6 +111,14 @@ def resolve_target(target: Target) -> Target:
         cpu = host_cpu_name()
         if cpu and cpu != "generic":
             config["mcpu"] = cpu
+            # LLVM names the CPU from its model number; a virtual machine may not enable all
+            # of that CPU's extensions (an "emeraldrapids" guest without AMX or AVX512-FP16):
+            # those are turned off, so that the code runs here and the artifact says so
+            absent = missing_host_features(
+                target_isa_features(Target({"kind": "llvm", "mcpu": cpu}))
+            )
+            if absent:
+                config["mattr"] = [*(config.get("mattr") or []), *(f"-{f}" for f in absent)]
         else:
             config.pop("mcpu")
         return Target(config) if target.host is None else Target(config, host=target.host)
