@@ -1,5 +1,7 @@
 """The llvm dispatcher calls one body function per distinct rKernel (compile time, issue 27)."""
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -73,3 +75,18 @@ def test_body_functions_compute_what_inlined_bodies_do(barrier, monkeypatch):
         outs[subroutines] = vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
     np.testing.assert_allclose(outs[True], expected, rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(outs[True], outs[False])
+
+
+def test_bodies_stay_functions_of_their_own():
+    # each body is a compute scope, which TVM's llvm codegen outlines into a noinline
+    # function: LLVM does not inline the bodies into the dispatcher's parallel lambda
+    ex = tvm_rtask.compile(Twice, "llvm", num_veu=2)
+    ll = ex.mod.imports[0].inspect_source("ll")
+    noinline = {
+        m.group(1)
+        for m in re.finditer(r"^attributes (#\d+) = \{[^}]*\bnoinline\b", ll, re.MULTILINE)
+    }
+    computes = re.findall(r"^define [^\n]*@(\w+_body_compute_)\([^\n]*\) [^\n]*?(#\d+)", ll, re.M)
+    names = {name for name, _ in computes}
+    assert len(names) == 2  # the two distinct kernels: matmul, matmul + relu
+    assert all(group in noinline for _, group in computes)

@@ -6,12 +6,14 @@ import os
 from dataclasses import dataclass
 
 import tvm
+from tvm import relax
 from tvm.target import Target
 
 from ...core import RKernel, VDevice, cpu_spec
 from ...core.memory import shared_workspaces
 from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
+from ..arena import arena_of, arena_values, plan_arenas
 from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
 from . import host
 from .concat_views import concat_views
@@ -260,14 +262,23 @@ class CPUBackend(Backend):
         return mod[kernel_function(mod, func_name, kernel.name)], kernel.num_rtasks, 1
 
     def lower_program(self, program, plan, options, mod, io: ProgramIO):
-        """The llvm persistent PrimFunc: workspaces live inside it."""
+        """The llvm persistent PrimFunc: workspaces live inside it, and the weights it reads
+        come as one constant per dtype (their views at fixed offsets)."""
         calls = {}
         for op_name in program.ops():
             op = plan.graph.op(op_name)
             func = kernel_function(mod, op.func, program.kernel_of(op_name))
             calls[op_name] = KernelCall(mod[func], [*op.inputs, *op.outputs], name=func)
+        # the weights it reads, packed into one constant per dtype: each weight a parameter
+        # made the packed entry's argument checks most of a model's LLVM time
+        weight_arenas = plan_arenas(
+            [t for t in io.inputs if t.name in io.constant_values], prefix="rtask_weights"
+        )
+        folded = arena_of(weight_arenas)
+        passed = [t for t in io.inputs if t.name not in folded]
         code = CPUProgramCode(
-            params=[*io.inputs, *io.outputs],
+            params=[*passed, *(a.decl for a in weight_arenas), *io.outputs],
+            weight_arenas=weight_arenas,
             workspaces=list(io.workspaces),
             calls=calls,
             num_veu=program.num_veu,
@@ -284,7 +295,15 @@ class CPUBackend(Backend):
             code.waves = waves_from_program(program)
         timeout_us = options.spin_timeout_ms * 1000
         func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us, subroutines=True)
-        return LoweredProgram(func, results=[t.name for t in io.outputs], callees=code.callees)
+        return LoweredProgram(
+            func,
+            constants=[
+                relax.const(arena_values(a, io.constant_values), a.dtype) for a in weight_arenas
+            ],
+            results=[t.name for t in io.outputs],
+            call_inputs=[t.name for t in passed],
+            callees=code.callees,
+        )
 
     def build(self, lowered, plan, options):
         from ... import native

@@ -22,8 +22,9 @@ concurrent calls from several threads share nothing but the constant parameters.
 
 With fine barriers the workspaces live in one arena per dtype, at offsets that let tensors
 the barriers order share bytes (``core/memory.py``); under either barrier an input of a
-concatenation may be a view of its block of the output (``concat_views.py``). A view is
-declared on its home's data pointer, so that TVM's storage passes see every use of it.
+concatenation may be a view of its block of the output (``concat_views.py``), and the weights
+the program reads are views of one constant parameter per dtype (``backend/arena.py``). A
+view is declared on its home's data pointer, so that TVM's storage passes see every use of it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tvm.tirx import IntImm
 from ...core.memory import Arena
 from ...core.script import Run, Signal, Wait
 from ...tir.common import TensorDecl, substitute_vars, tensor_buffer
+from ..arena import Arena as WeightArena
 from .kernel import CHUNK_ANNOTATION
 
 STATUS_WORDS = 8
@@ -87,6 +89,9 @@ class CPUProgramCode:
     # workspaces packed into shared arenas (core.memory.plan_arenas; fine barriers): each a
     # view at its offset, one allocation per arena instead of one per workspace
     arenas: list[Arena] = field(default_factory=list)
+    # constant inputs (weights) packed into arenas (backend.arena.plan_arenas) that are
+    # parameters (``params`` holds each arena's decl, not its members): each member a view
+    weight_arenas: list[WeightArena] = field(default_factory=list)
     # tensors written in place inside another (name -> (home, element offset)), and the
     # operators (concatenations) that this leaves nothing to do (concat_views.py)
     views: dict[str, tuple[str, int]] = field(default_factory=dict)
@@ -192,17 +197,32 @@ def private_body_functions(func, _mod, _ctx):
     return func.without_attr("global_symbol")
 
 
-@tirx.transform.prim_func_pass(opt_level=0, name="BodyFunctionDevice")
-def body_function_device(func, _mod, _ctx):
+@tvm.transform.module_pass(opt_level=0, name="BodyFunctionDevice")
+def body_function_device(mod, _ctx):
     """What ``MakePackedAPI`` writes around a packed function's lowered body, and a private
     body function lacks: the workspaces it allocates (``TVMBackendAllocWorkspace``, in
-    ``LowerTVMBuiltin``) are on CPU device 0. Applied after lowering, so that the
-    allocations the lowering hoisted to the top of the function are inside."""
-    if func.attrs is None or BODY_ATTR not in func.attrs:
-        return func
-    body = tirx.AttrStmt(StringImm("default"), "device_id", _i32(0), func.body)
-    body = tirx.AttrStmt(StringImm("default"), "device_type", _i32(1), body)
-    return func.with_body(_seq([body, tirx.Return(_i32(0))]))
+    ``LowerTVMBuiltin``) are on CPU device 0, and the body is a compute scope, which TVM's
+    llvm codegen outlines into a ``noinline`` function (``<name>_compute_``). Applied after
+    lowering, so that the allocations the lowering hoisted to the top of the function are
+    inside.
+
+    Without the scope LLVM inlines bodies into the dispatcher's parallel lambda (those called
+    once, and more with constant rTask ranges) and optimises the grown lambda again: ViT-B/16's
+    lambdas were 114 K of its 150 K lines of LLVM IR (docs/compile-time-notes.md)."""
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or BODY_ATTR not in func.attrs:
+            continue
+        scope = StringImm(f"{gvar.name_hint}_compute_")
+        body = tirx.AttrStmt(_i32(0), "compute_scope", scope, func.body)
+        body = _seq([body, tirx.Return(_i32(0))])
+        body = tirx.AttrStmt(StringImm("default"), "device_id", _i32(0), body)
+        body = tirx.AttrStmt(StringImm("default"), "device_type", _i32(1), body)
+        updates[gvar] = func.with_body(body)
+    if not updates:
+        return mod
+    funcs = {gvar: updates.get(gvar, func) for gvar, func in mod.functions.items()}
+    return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
 def cpu_pipeline() -> str:
@@ -266,14 +286,17 @@ def _view(tensor: tirx.Var, base: tirx.Var, elem_offset) -> tuple[tirx.Stmt, tir
 
 
 def _arena_views(
-    arenas: list[Arena], buffers: dict[str, tirx.Var]
+    arenas: Sequence[Arena | WeightArena], buffers: dict[str, tirx.Var]
 ) -> tuple[list[tirx.Stmt], list[tirx.Var]]:
-    """One buffer per arena and each member as a view of it at its offset (:func:`_view`;
-    a body gets :func:`_pointer`): the views' declarations and the arena buffers to
-    allocate; ``buffers`` maps each member's name to its view after."""
+    """One buffer per arena (a parameter's, where ``buffers`` has the arena's name) and each
+    member as a view of it at its offset (:func:`_view`; a body gets :func:`_pointer`): the
+    views' declarations and the arena buffers; ``buffers`` maps each member's name to its
+    view after."""
     decls, arena_buffers = [], []
     for arena in arenas:
-        buf = tensor_buffer(TensorDecl(arena.name, (max(arena.size, 1),), arena.dtype))
+        buf = buffers.get(arena.name)
+        if buf is None:
+            buf = tensor_buffer(TensorDecl(arena.name, (max(arena.size, 1),), arena.dtype))
         arena_buffers.append(buf)
         for name, offset in arena.offsets.items():
             decl, buffers[name] = _view(buffers[name], buf, IntImm("int64", offset))
@@ -327,8 +350,11 @@ def build_cpu_dispatcher(
     ``code.callees``) and every run is a call of it with its rTask range; the caller adds the
     callees to the module. LLVM's time grows faster than linearly with a function, and
     the copies grow with the vEU count, so this is what the llvm backend builds."""
-    buffers = {t.name: tensor_buffer(t) for t in (*code.params, *code.workspaces)}
-    views, arena_buffers = _arena_views(code.arenas, buffers)
+    weights = [t for arena in code.weight_arenas for t, _ in arena.members]
+    buffers = {t.name: tensor_buffer(t) for t in (*code.params, *weights, *code.workspaces)}
+    views, _ = _arena_views(code.weight_arenas, buffers)
+    workspace_views, arena_buffers = _arena_views(code.arenas, buffers)
+    views += workspace_views
     views += _home_views(code.views, buffers)
     placed = {name for arena in code.arenas for name in arena.offsets} | set(code.views)
     gvars: dict[str, ir.GlobalVar] = {}

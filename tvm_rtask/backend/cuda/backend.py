@@ -13,8 +13,8 @@ from tvm.target import Target
 from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import CapacityError, OptionError, SpillError, UnsupportedOperator
+from ..arena import arena_of, arena_values, plan_arenas
 from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
-from .arena import arena_of, arena_values, plan_arenas
 from .body_function import (
     BODY_FUNCTIONS_ATTR,
     DYNAMIC_SHARED_ATTR,

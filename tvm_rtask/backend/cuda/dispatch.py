@@ -43,7 +43,7 @@ from ...core.counters import Arrive, CounterWait, counter_scripts, task_counts
 from ...core.plan import SYNC_MODES
 from ...core.script import Run, Signal, Wait, scripts_from_program
 from ...tir.common import tensor_buffer
-from .arena import Arena, arena_of
+from ..arena import Arena, arena_of
 from .body_function import DYNAMIC_SHARED_ATTR, body_function_name, call_name, make_body_function
 from .device import device_source
 from .rkernel import CUDARKernel, guard_surplus_threads

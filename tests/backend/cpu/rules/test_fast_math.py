@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import te
 
 from tests.backend.cpu.rules.common import NATIVE
@@ -60,3 +61,15 @@ def test_sigmoid_and_tanh_are_accurate_and_saturate(op):
     assert np.all(np.isfinite(y))
     assert np.max(np.abs(y - expected)) < 5e-7
     assert "expf" not in ll and "llvm.exp" not in ll and "tanhf" not in ll
+
+
+@pytest.mark.parametrize("op", ["exp", "erf", "sigmoid", "tanh"])
+def test_each_rewrite_reads_its_argument_once(op):
+    # the argument is bound once (a Let): as a plain tree, exp read it 28 times, and an
+    # epilogue's inlined bias add and batch norm were copied as often
+    a = te.placeholder((64,), name="a")
+    b = te.compute((64,), lambda i: getattr(te, op)(a[i] * 2.0 + 1.0), name="b")
+    func = vectorizable_math(te.create_prim_func([a, b]))
+    loads = []
+    tvm_ffi.structural_walk(func.body, (tvm.ir.TensorLoad, loads.append))
+    assert len(loads) == 1

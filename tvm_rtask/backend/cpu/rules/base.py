@@ -19,6 +19,7 @@ from tvm.target import Target
 
 from ....tir.common import root_children, substitute_vars
 from ....tir.rules import inline_epilogue_chain
+from .fast_math import calls_transcendental
 
 # float32 lanes when the target names no CPU (the brief's AVX2 assumption; plain ``llvm``
 # actually emits SSE2, so an 8-lane vector becomes two 4-lane instructions).
@@ -229,14 +230,25 @@ def loops_below(sch: s_tir.Schedule, block, loop) -> list:
 def finish_tile_blocks(sch: s_tir.Schedule, blocks, tile_loop, lanes: int) -> None:
     """The loops of ``blocks`` (a register tile's init and write-back) under ``tile_loop``:
     the innermost vectorised when it is ``lanes`` wide (and not yet), the others unrolled, so
-    that the tile's accumulators stay in registers."""
+    that the tile's accumulators stay in registers; a write-back whose epilogue computes a
+    transcendental function keeps its loops (:func:`unroll_cheap`)."""
     for block in blocks:
         loops = loops_below(sch, block, tile_loop)
         if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
             if extent_of(sch, loops[-1]) == lanes:
                 sch.vectorize(loops[-1])
-        for loop in loops[:-1]:
-            sch.unroll(loop)
+        unroll_cheap(sch, block, loops[:-1])
+
+
+def unroll_cheap(sch: s_tir.Schedule, block, loops) -> None:
+    """Unroll ``loops`` unless ``block`` calls ``exp``, ``erf``, ``sigmoid`` or ``tanh`` (a
+    SiLU, GELU or softmax epilogue): rewritten by :mod:`.fast_math`, each is dozens of vector
+    instructions, and unrolled copies of them cost LLVM more time than the loop costs the
+    kernel (ConvNeXt-T's GELU dense layers: 0.85 s of LLVM each unrolled, 0.28 s as loops)."""
+    if calls_transcendental(sch.get(block).body):
+        return
+    for loop in loops:
+        sch.unroll(loop)
 
 
 def uses_any(expr, variables) -> bool:

@@ -62,6 +62,7 @@ from .base import (
     loops_below,
     split_divisible,
     split_producers,
+    unroll_cheap,
     vector_lanes,
     vector_registers,
     with_last_tile_shifted,
@@ -268,7 +269,7 @@ def _write_back_vectors(sch, acc, block, vectors: int, lanes: int, flat: bool):
         wv, wy, wx, wl = sch.get_loops(acc)[-4:]
         sch.reorder(wy, wx, wv, wl)
     sch.vectorize(wl)
-    sch.unroll(wv)
+    unroll_cheap(sch, acc, [wv])
     return wx
 
 

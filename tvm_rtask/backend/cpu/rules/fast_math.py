@@ -57,14 +57,30 @@ def _horner(x: tirx.PrimExpr, coefficients) -> tirx.PrimExpr:
     return acc
 
 
+def _let(value: tirx.PrimExpr, body, name: str) -> tirx.PrimExpr:
+    """``body(v)`` with ``v`` bound once to ``value``: each rewrite below reads its operands
+    several times, and as plain trees the nested reads multiplied (``exp`` read its argument
+    28 times), which TVM's CommonSubexprElim then took seconds to fold back."""
+    var = tirx.Var(name, value.ty)
+    return tirx.Let(var, value, body(var))
+
+
 def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
     """``exp(x)`` of a float32 expression as vectorisable arithmetic (see the module)."""
-    x = tirx.max(tirx.min(x, _f(EXP_MAX)), _f(EXP_MIN))
-    n = tirx.floor(x * _f(LOG2E) + _f(0.5))
-    r = x - n * _f(LN2_HI) - n * _f(LN2_LO)
-    poly = _horner(r, EXP_POLY) * r * r + r + _f(1.0)
-    # 2^(n-1) * 2: n runs from -125 to 128, so the biased exponent n - 1 + 127 stays in
-    # 1..254 (a plain 2^n would overflow the exponent field at n = 128)
+
+    def from_n(x, n):
+        r = x - n * _f(LN2_HI) - n * _f(LN2_LO)
+        return _let(r, lambda r: _scaled(_horner(r, EXP_POLY) * r * r + r + _f(1.0), n), "exp_r")
+
+    def from_x(x):
+        return _let(tirx.floor(x * _f(LOG2E) + _f(0.5)), lambda n: from_n(x, n), "exp_n")
+
+    return _let(tirx.max(tirx.min(x, _f(EXP_MAX)), _f(EXP_MIN)), from_x, "exp_x")
+
+
+def _scaled(poly: tirx.PrimExpr, n: tirx.PrimExpr) -> tirx.PrimExpr:
+    """``poly * 2^n``: 2^(n-1) * 2, since n runs from -125 to 128, so the biased exponent
+    n - 1 + 127 stays in 1..254 (a plain 2^n would overflow the exponent field at n = 128)."""
     exponent = tirx.Cast("int32", n) + tirx.const(126, "int32")
     half_two_n = tirx.reinterpret(F32, tirx.shift_left(exponent, tirx.const(23, "int32")))
     return poly * half_two_n * _f(2.0)
@@ -72,13 +88,19 @@ def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
 
 def fast_erf(x: tirx.PrimExpr) -> tirx.PrimExpr:
     """``erf(x)`` of a float32 expression as vectorisable arithmetic (see the module)."""
-    ax = tirx.abs(x)
-    t = _f(1.0) / (_f(1.0) + _f(ERF_P) * ax)
-    y = _f(1.0) - _horner(t, ERF_A) * t * fast_exp(-ax * ax)
-    # near 0 the series keeps the relative error small: 2/sqrt(pi) (x - x^3/3 + x^5/10 - ...)
-    x2 = x * x
-    series = x * _f(TWO_OVER_SQRT_PI) * _horner(x2, ERF_SERIES)
-    return tirx.Select(ax < _f(0.5), series, tirx.Select(x < _f(0.0), -y, y))
+
+    def from_t(x, ax, t):
+        y = _f(1.0) - _horner(t, ERF_A) * t * fast_exp(-ax * ax)
+        # near 0 the series keeps the relative error small: 2/sqrt(pi) (x - x^3/3 + ...)
+        series = x * _f(TWO_OVER_SQRT_PI) * _horner(x * x, ERF_SERIES)
+        return _let(
+            y, lambda y: tirx.Select(ax < _f(0.5), series, tirx.Select(x < _f(0.0), -y, y)), "erf_y"
+        )
+
+    def from_ax(x, ax):
+        return _let(_f(1.0) / (_f(1.0) + _f(ERF_P) * ax), lambda t: from_t(x, ax, t), "erf_t")
+
+    return _let(x, lambda x: _let(tirx.abs(x), lambda ax: from_ax(x, ax), "erf_ax"), "erf_x")
 
 
 def fast_sigmoid(x: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -88,9 +110,17 @@ def fast_sigmoid(x: tirx.PrimExpr) -> tirx.PrimExpr:
 
 def fast_tanh(x: tirx.PrimExpr) -> tirx.PrimExpr:
     """``tanh(x)`` as ``sign(x) (1 - e) / (1 + e)`` with ``e = exp(-2 |x|)`` (no overflow)."""
-    e = fast_exp(_f(-2.0) * tirx.abs(x))
-    y = (_f(1.0) - e) / (_f(1.0) + e)
-    return tirx.Select(x < _f(0.0), -y, y)
+
+    def from_e(x, e):
+        return _let(
+            (_f(1.0) - e) / (_f(1.0) + e), lambda y: tirx.Select(x < _f(0.0), -y, y), "tanh_y"
+        )
+
+    return _let(
+        x,
+        lambda x: _let(fast_exp(_f(-2.0) * tirx.abs(x)), lambda e: from_e(x, e), "tanh_e"),
+        "tanh_x",
+    )
 
 
 FAST = {EXP: fast_exp, ERF: fast_erf, SIGMOID: fast_sigmoid, TANH: fast_tanh}
@@ -109,3 +139,17 @@ def vectorizable_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return call
 
     return func.with_body(tvm_ffi.structural_map(func.body, (tvm.ir.expr.Call, rewrite)))
+
+
+def calls_transcendental(stmt: tirx.Stmt) -> bool:
+    """True when ``stmt`` calls ``exp``, ``erf``, ``sigmoid`` or ``tanh``: once rewritten
+    (:func:`vectorizable_math`) each call is a few dozen instructions, so an unrolled loop
+    around it multiplies what LLVM compiles."""
+    found = []
+
+    def visit(call):
+        if any(call.op.same_as(op) for op in FAST):
+            found.append(call)
+
+    tvm_ffi.structural_walk(stmt, (tvm.ir.expr.Call, visit))
+    return bool(found)

@@ -39,6 +39,7 @@ from .base import (
     overlap_last_tile,
     split_divisible,
     split_producers,
+    unroll_cheap,
     vector_lanes,
     vector_registers,
 )
@@ -211,8 +212,7 @@ class MatmulKN(CPUScheduleRule):
                 outer, inner = sch.split(loops[-1], [None, lanes])
                 sch.vectorize(inner)
                 loops = [*loops[:-1], outer]
-            for loop in loops[:-1]:
-                sch.unroll(loop)
+            unroll_cheap(sch, block, loops[:-1])
         func = sch.mod["main"]
         if m_ext % mr:
             func = overlap_last_tile(func, loop_var_of(sch, mo), mr, m_ext)
