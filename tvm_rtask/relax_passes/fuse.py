@@ -20,6 +20,7 @@ from ..backend import as_target, get_backend
 from ..errors import remember_errors
 from ..options import RTaskOptions, resolve_options
 from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
+from .fold_layout_transforms import FoldConstantLayoutTransforms
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stacked_sum import StackedSumToAdd
 from .stitch import StitchFusion
@@ -105,6 +106,7 @@ def prepare_pipeline(
         # ONNX Sum (residual adds) as additions that fuse into the producer's epilogue
         StackedSumToAdd(),
         *target_passes,
+        FoldConstantLayoutTransforms(),
         relax.transform.DeadCodeElimination(),
         relax.transform.LegalizeOps(),
         SafeNames(),
