@@ -1,0 +1,154 @@
+"""Two commits' compiled models, timed against each other in one process (llvm).
+
+Usage: python bench/cpu_ab_commits.py --base REV [--models resnet18 ...] [--size full]
+       [--seconds 10] [--target llvm-native] [--json OUT.json]
+
+A change to the compiler should leave the kernels it makes as fast as they were; separate
+processes drift 5-18% on a shared machine, so this compares within one. The base commit is
+checked out in a temporary git worktree (its native library taken from this install), each
+side compiles and exports every model in its own process (``tvm_rtask.runtime.export_library``;
+compile CPU seconds recorded), and a third process loads both libraries and runs them
+interleaved, three calls each in turn, for ``--seconds`` per model. Reported per model: each
+side's median latency and compile CPU seconds, and the largest output difference between them
+(the same seeded weights and input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+# put a source tree ahead of the editable install (a meta-path finder) in a child process
+USE_TREE = r"""
+import sys
+tree = sys.argv.pop(1)
+if tree != "-":
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    sys.path.insert(0, tree)
+"""
+
+EXPORT = (
+    USE_TREE
+    + r"""
+import json, os, time
+import tvm_rtask, tvm_rtask.api
+from tvm_rtask import frontend
+from tvm_rtask.backend import as_target
+from tvm_rtask.models.real import load_real_model
+from tvm_rtask.runtime.export import export_library
+outdir, size, target, *names = sys.argv[1:]
+target = as_target(target)
+for name in names:
+    mod = frontend.load(load_real_model(name, size=size, seed=0))
+    cpu = time.process_time()
+    ex = tvm_rtask.compile(mod, target)
+    cpu = time.process_time() - cpu
+    export_library(ex, os.path.join(outdir, name + ".so"))
+    with open(os.path.join(outdir, name + ".json"), "w") as f:
+        json.dump({"compile_cpu_s": cpu}, f)
+"""
+)
+
+TIME = r"""
+import json, statistics, sys, time
+import numpy as np
+import tvm
+from tvm import relax
+from tvm_rtask import native
+from tvm_rtask.models.real import load_real_model, sample_inputs
+from tvm_rtask.runtime import set_num_threads
+name, size, seconds, base, head = sys.argv[1:]
+native.load()
+set_num_threads(2)
+x = tvm.runtime.tensor(list(sample_inputs(load_real_model(name, size=size, seed=0)).values())[0])
+sides = {"base": base, "head": head}
+vms = {k: relax.VirtualMachine(tvm.runtime.load_module(f"{d}/{name}.so"), tvm.cpu())
+       for k, d in sides.items()}
+def first(v):
+    return v.numpy() if hasattr(v, "numpy") else v[0].numpy()
+outs = {k: first(vm["main"](x)) for k, vm in vms.items()}
+times = {k: [] for k in vms}
+for vm in vms.values():
+    for _ in range(5):
+        vm["main"](x)
+deadline = time.perf_counter() + float(seconds)
+while time.perf_counter() < deadline:
+    for k, vm in vms.items():
+        for _ in range(3):
+            t = time.perf_counter()
+            vm["main"](x)
+            times[k].append(time.perf_counter() - t)
+row = {"model": name, "runs": len(times["base"]),
+       "max_abs_diff": float(np.abs(outs["head"] - outs["base"]).max()),
+       "max_abs_output": float(np.abs(outs["base"]).max())}
+for k, d in sides.items():
+    row[k + "_ms"] = statistics.median(times[k]) * 1e3
+    with open(f"{d}/{name}.json") as f:
+        row[k + "_compile_cpu_s"] = json.load(f)["compile_cpu_s"]
+print("RESULT " + json.dumps(row), flush=True)
+"""
+
+
+def _run(args: list[str]) -> str:
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"failed: {' '.join(args[:3])} ...\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def main() -> None:
+    sys.path.insert(0, ROOT)
+    from tvm_rtask import native
+    from tvm_rtask.models.real import REAL_MODELS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="git revision to compare with")
+    parser.add_argument("--models", nargs="+", default=list(REAL_MODELS))
+    parser.add_argument("--size", default="full", choices=("full", "reduced"))
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--target", default="llvm-native")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="rtask-ab-") as tmp:
+        tree = os.path.join(tmp, "tree")
+        _run(["git", "worktree", "add", "--detach", tree, args.base])
+        try:
+            # the base tree has no built native library: this install's serves both
+            lib = os.path.dirname(native.library_path())
+            shutil.copytree(lib, os.path.join(tree, "tvm_rtask", "lib"), dirs_exist_ok=True)
+            out = {side: os.path.join(tmp, side) for side in ("base", "head")}
+            for side, source in (("base", tree), ("head", "-")):
+                os.makedirs(out[side])
+                _run([sys.executable, "-c", EXPORT, source, out[side], args.size, args.target,
+                      *args.models])  # fmt: skip
+            rows = []
+            for name in args.models:
+                text = _run([sys.executable, "-c", TIME, name, args.size, str(args.seconds),
+                             out["base"], out["head"]])  # fmt: skip
+                row = json.loads(text.split("RESULT ", 1)[1])
+                rows.append(row)
+                print(
+                    f"{name}: base {row['base_ms']:.3f} ms, head {row['head_ms']:.3f} ms "
+                    f"({row['head_ms'] / row['base_ms'] - 1:+.1%}); compile CPU s "
+                    f"{row['base_compile_cpu_s']:.1f} -> {row['head_compile_cpu_s']:.1f}; "
+                    f"max |diff| {row['max_abs_diff']:.2g} (outputs up to "
+                    f"{row['max_abs_output']:.3g}); {row['runs']} runs each",
+                    flush=True,
+                )
+        finally:
+            _run(["git", "worktree", "remove", "--force", tree])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"base": args.base, "target": args.target, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
