@@ -2,7 +2,7 @@
 
 Usage: python bench/cpu_compile_time.py [--size full|reduced] [--models resnet18 ...]
        [--light inception_v1 ...] [--modes tvm wavefront sequential] [--target llvm-native]
-       [--timeout 1800] [--out bench/results] [--tag NAME]
+       [--timeout 1800] [--out bench/results] [--tag NAME] [--ready]
 
 Each (model, mode) compiles in a fresh subprocess (no cache, no import shared between
 modes): ``tvm.compile(mod, target)`` for ``tvm``, ``tvm_rtask.compile(mod, target,
@@ -10,7 +10,12 @@ policy=...)`` otherwise. Reported per run: wall time of the compile call, proces
 of the compile call (the steadier number on a shared machine; the one-time import of
 ``tvm_rtask.api`` that a first ``tvm_rtask.compile`` triggers is timed apart, as
 ``import_cpu_s``), and the wall time of each tvm-rtask stage from the progress log (prepare/fuse,
-plan, lower, build). The ratio to TVM is taken on CPU time. The machine load
+plan, lower, build). The ratio to TVM is taken on CPU time. With ``--ready`` the child also
+times the first call of the compiled model (VM creation and the JIT's machine code, which
+neither compile call includes, plus one inference) and a second call; ``ready_s`` = compile
+wall + first call - second call is the time until the model is ready to run, compared with
+TVM's the same way (TVM's default build runs unscheduled, so its one inference is subtracted
+rather than counted). The machine load
 (``os.getloadavg``) before and after the whole run is recorded with the results.
 Models: ``tvm_rtask.models.real`` (all of REAL_MODELS by default, ``--size``), plus any onnx
 light models named with ``--light``. Writes ``<date>-cpu-compile-time[-<tag>].json/.md``.
@@ -34,7 +39,8 @@ STAGE = re.compile(r"tvm_rtask INFO: (prepare/fuse|plan|lower|build) done in ([\
 
 CHILD = r"""
 import json, resource, sys, time
-kind, name, size, mode, target = sys.argv[1:6]
+kind, name, size, mode, target, ready = sys.argv[1:7]
+ready = ready == "1"
 import tvm, tvm_rtask
 from tvm_rtask import frontend, progress
 from tvm_rtask.backend import as_target
@@ -54,20 +60,35 @@ import tvm_rtask.api  # noqa: F401
 imported = time.process_time() - imported
 wall, cpu = time.perf_counter(), time.process_time()
 if mode == "tvm":
-    tvm.compile(mod, target=target)
+    ex = tvm.compile(mod, target=target)
 else:
-    tvm_rtask.compile(mod, target, policy=mode)
+    ex = tvm_rtask.compile(mod, target, policy=mode)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-print("RESULT " + json.dumps({"wall_s": wall, "cpu_s": cpu, "import_cpu_s": imported}), flush=True)
+result = {"wall_s": wall, "cpu_s": cpu, "import_cpu_s": imported}
+if ready:
+    # the JIT makes the machine code at the first call: the model is ready after it
+    from tvm import relax
+    from tvm_rtask.testing.onnx_light import random_inputs
+    x = [tvm.runtime.tensor(a) for a in random_inputs(model, seed=1).values()]
+    first = time.perf_counter()
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    vm["main"](*x)
+    first = time.perf_counter() - first
+    second = time.perf_counter()
+    vm["main"](*x)
+    result.update(first_call_s=first, second_call_s=time.perf_counter() - second)
+print("RESULT " + json.dumps(result), flush=True)
 """
 
 
-def run_one(kind: str, name: str, size: str, mode: str, target: str, timeout: float) -> dict:
+def run_one(
+    kind: str, name: str, size: str, mode: str, target: str, timeout: float, ready: bool
+) -> dict:
     before = os.times()
     start = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, kind, name, size, mode, target],
+            [sys.executable, "-c", CHILD, kind, name, size, mode, target, str(int(ready))],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -101,6 +122,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--ready",
+        action="store_true",
+        help="also time the first call (the JIT's machine code) and a second one",
+    )
     args = parser.parse_args()
 
     sys.path.insert(0, ROOT)
@@ -112,7 +138,7 @@ def main() -> None:
     rows: list[dict] = []
     for kind, name in models:
         for mode in args.modes:
-            row = run_one(kind, name, args.size, mode, args.target, args.timeout)
+            row = run_one(kind, name, args.size, mode, args.target, args.timeout, args.ready)
             row.update(model=name, kind=kind, size=args.size if kind == "real" else "light")
             row["mode"] = mode
             rows.append(row)
@@ -124,9 +150,13 @@ def main() -> None:
 def write(args, rows: list[dict], load_before, load_after) -> None:
     """The .json and .md files of the runs so far (ratios to TVM's build on CPU time)."""
     for row in rows:
+        if "first_call_s" in row:
+            row["ready_s"] = row["wall_s"] + row["first_call_s"] - row["second_call_s"]
         base = next((r for r in rows if r["model"] == row["model"] and r["mode"] == "tvm"), None)
         if base and "cpu_s" in base and "cpu_s" in row:
             row["ratio_cpu_to_tvm"] = row["cpu_s"] / base["cpu_s"]
+        if base and "ready_s" in base and "ready_s" in row:
+            row["ratio_ready_to_tvm"] = row["ready_s"] / base["ready_s"]
 
     date = datetime.date.today().isoformat()
     stem = f"{date}-cpu-compile-time" + (f"-{args.tag}" if args.tag else "")
@@ -152,12 +182,12 @@ def write(args, rows: list[dict], load_before, load_after) -> None:
         "are wall s from the progress log.",
         "",
         "| model | mode | CPU s | wall s | x TVM (CPU) | prepare | plan | lower | build "
-        "| import CPU s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| import CPU s | ready s (x TVM) | one call s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['mode']} | error: {r['error']} | | | | | | | |")
+            lines.append(f"| {r['model']} | {r['mode']} | error: {r['error']} |" + " |" * 9)
             continue
         st = r["stages"]
         ratio = r.get("ratio_cpu_to_tvm")
@@ -172,6 +202,10 @@ def write(args, rows: list[dict], load_before, load_after) -> None:
                 for s in ("prepare/fuse", "plan", "lower", "build")
             ),
             f"{r['import_cpu_s']:.1f}" if "import_cpu_s" in r else "-",
+            f"{r['ready_s']:.1f} ({r['ratio_ready_to_tvm']:.1f})"
+            if "ratio_ready_to_tvm" in r
+            else "-",
+            f"{r['second_call_s']:.3f}" if "second_call_s" in r else "-",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     with open(os.path.join(args.out, stem + ".md"), "w") as f:
