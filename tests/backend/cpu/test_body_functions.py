@@ -90,3 +90,29 @@ def test_bodies_stay_functions_of_their_own():
     names = {name for name, _ in computes}
     assert len(names) == 2  # the two distinct kernels: matmul, matmul + relu
     assert all(group in noinline for _, group in computes)
+
+
+@tvm.script.ir_module
+class ShiftThenMatmul:
+    """An unscheduled elementwise kernel (called by one operator's runs) and a rule's matmul."""
+
+    @R.function
+    def main(x: R.Tensor((64, 64), "float32"), w: R.Tensor((64, 64), "float32")):
+        with R.dataflow():
+            a = R.multiply(R.sin(x), x)
+            c = R.matmul(a, w)
+            R.output(c)
+        return c
+
+
+def test_only_scheduled_or_often_called_bodies_are_outlined():
+    # an unscheduled loop nest called by few runs stays inlinable (LLVM specialises it on the
+    # run's constant rTask range); the rule's register-tiled matmul is outlined
+    ex = tvm_rtask.compile(ShiftThenMatmul, "llvm", num_veu=2)
+    ll = ex.mod.imports[0].inspect_source("ll")
+    outlined = re.findall(r"^define [^\n]*@(\w+)_body_compute_\(", ll, re.M)
+    assert len(outlined) == 1 and "matmul" in outlined[0] and "sin" not in outlined[0]
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal((64, 64)).astype("float32") for _ in range(2))
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*map(tvm.runtime.tensor, (x, w))).numpy()
+    np.testing.assert_allclose(out, (np.sin(x) * x) @ w, rtol=1e-4, atol=1e-3)

@@ -40,12 +40,18 @@ from tvm.tirx import IntImm
 
 from ...core.memory import Arena
 from ...core.script import Run, Signal, Wait
+from ...records import TUNED_ATTR
 from ...tir.common import TensorDecl, substitute_vars, tensor_buffer
 from ..arena import Arena as WeightArena
 from .kernel import CHUNK_ANNOTATION
+from .rules import RULE_ATTR
 
 STATUS_WORDS = 8
 BODY_ATTR = "tvm_rtask.cpu_body"  # marks a body function (build_cpu_dispatcher, subroutines)
+# a body of a scheduled kernel, kept out of line by LLVM (body_function_device), as is any
+# body called more often than this
+OUTLINED_ATTR = "tvm_rtask.cpu_body_outlined"
+MAX_INLINED_CALLS = 4
 CPU_PIPELINE = "tvm_rtask.cpu"
 TIMEOUT_MESSAGE = (
     "tvm_rtask: a step-array barrier timed out in a persistent CPU kernel (details on stderr). "
@@ -184,6 +190,9 @@ def body_function(call: KernelCall) -> tirx.PrimFunc:
         [*handles, start, step, count], realize, ret_type=tvm.ir.PrimType("int32")
     )
     attrs = {"s_tir": True, "tirx.noalias": True, "tirx.is_scheduled": True, BODY_ATTR: True}
+    source = call.func.attrs or {}
+    if RULE_ATTR in source or TUNED_ATTR in source:
+        attrs[OUTLINED_ATTR] = True  # see body_function_device
     return new_func.with_attrs(attrs)
 
 
@@ -201,20 +210,28 @@ def private_body_functions(func, _mod, _ctx):
 def body_function_device(mod, _ctx):
     """What ``MakePackedAPI`` writes around a packed function's lowered body, and a private
     body function lacks: the workspaces it allocates (``TVMBackendAllocWorkspace``, in
-    ``LowerTVMBuiltin``) are on CPU device 0, and the body is a compute scope, which TVM's
-    llvm codegen outlines into a ``noinline`` function (``<name>_compute_``). Applied after
-    lowering, so that the allocations the lowering hoisted to the top of the function are
-    inside.
+    ``LowerTVMBuiltin``) are on CPU device 0, and (for a kernel a rule or a tuning record
+    scheduled, :data:`OUTLINED_ATTR`) the body is a compute scope, which TVM's llvm codegen
+    outlines into a ``noinline`` function (``<name>_compute_``). Applied after lowering, so
+    that the allocations the lowering hoisted to the top of the function are inside.
 
     Without the scope LLVM inlines bodies into the dispatcher's parallel lambda (those called
     once, and more with constant rTask ranges) and optimises the grown lambda again: ViT-B/16's
-    lambdas were 114 K of its 150 K lines of LLVM IR (docs/compile-time-notes.md)."""
+    lambdas were 114 K of its 150 K lines of LLVM IR (docs/compile-time-notes.md). An
+    unscheduled loop nest (an elementwise kernel, a layout change) called from at most
+    :data:`MAX_INLINED_CALLS` runs stays inlinable: specialised on its run's constant rTask
+    range it runs faster (DenseNet-121's batch norms, one operator each: the model 3.5%
+    faster), while one that many runs call (ViT-B/16's twelve layers) would be copied into
+    each (its compile took twice as long)."""
+    calls = _call_counts(mod)
     updates = {}
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc) or func.attrs is None or BODY_ATTR not in func.attrs:
             continue
-        scope = StringImm(f"{gvar.name_hint}_compute_")
-        body = tirx.AttrStmt(_i32(0), "compute_scope", scope, func.body)
+        body = func.body
+        if OUTLINED_ATTR in func.attrs or calls.get(gvar.name_hint, 0) > MAX_INLINED_CALLS:
+            scope = StringImm(f"{gvar.name_hint}_compute_")
+            body = tirx.AttrStmt(_i32(0), "compute_scope", scope, body)
         body = _seq([body, tirx.Return(_i32(0))])
         body = tirx.AttrStmt(StringImm("default"), "device_id", _i32(0), body)
         body = tirx.AttrStmt(StringImm("default"), "device_type", _i32(1), body)
@@ -223,6 +240,20 @@ def body_function_device(mod, _ctx):
         return mod
     funcs = {gvar: updates.get(gvar, func) for gvar, func in mod.functions.items()}
     return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _call_counts(mod: tvm.IRModule) -> dict[str, int]:
+    """How many calls of each function the module's PrimFuncs make, by name."""
+    counts: dict[str, int] = {}
+
+    def visit(call):
+        if isinstance(call.op, ir.GlobalVar):
+            counts[call.op.name_hint] = counts.get(call.op.name_hint, 0) + 1
+
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            tvm_ffi.structural_walk(func.body, (ir.Call, visit))
+    return counts
 
 
 def cpu_pipeline() -> str:
