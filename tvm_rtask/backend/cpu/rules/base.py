@@ -118,31 +118,14 @@ def is_injective(sch: s_tir.Schedule, block) -> bool:
 
 def single_reduction(sch: s_tir.Schedule):
     """The one root block that is not injective, with every other root block injective; or
-    None. The answer for the last PrimFunc asked about is remembered (every rule asks it of
-    the same function in turn)."""
-    global _last_reduction
-    func = sch.mod["main"]
-    blocks = root_children(sch)
-    last_func, index = _last_reduction  # one read: another thread may replace it
-    if last_func is None or not last_func.same_as(func):
-        index = _reduction_index(sch, blocks)
-        _last_reduction = (func, index)
-    return None if index is None else blocks[index]
-
-
-# (PrimFunc, index of its single reduction among the root blocks or None): the function is
-# held, so the identity it is compared by cannot pass to another object
-_last_reduction: tuple = (None, None)
-
-
-def _reduction_index(sch: s_tir.Schedule, blocks) -> int | None:
+    None."""
     found = None
-    for i, block in enumerate(blocks):
+    for block in root_children(sch):
         if is_injective(sch, block):
             continue
         if found is not None:
             return None
-        found = i
+        found = block
     return found
 
 
