@@ -58,20 +58,9 @@ def transformed(value: np.ndarray, index_map: tirx.IndexMap, pad_value=None) -> 
     fill = 0 if pad_value is None else pad_value.value
     out = np.full(shape, fill, dtype=value.dtype)
     # one flat destination index per element (the maps' grids broadcast to the input shape)
-    flat = np.zeros(value.shape, dtype=np.int64)
-    for index, stride in zip(indices, _strides(shape), strict=True):
-        flat += index * stride
+    flat = np.broadcast_to(np.ravel_multi_index(indices, shape), value.shape)
     out.reshape(-1)[flat.reshape(-1)] = value.reshape(-1)
     return out
-
-
-def _strides(shape: list[int]) -> list[int]:
-    """Row-major element strides of ``shape``."""
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= extent
-    return strides[::-1]
 
 
 @relax.expr_functor.mutator
