@@ -32,8 +32,8 @@ def conv_module(cin, cout, size, kernel, stride, pad, groups=1, epilogue=True, w
     return bb.get()
 
 
-def matmul_module(m, k, n, batch=None, bias=True, relu=False):
-    """``x[(batch,) m, k] @ w[k, n]`` (+ bias[n]) (+ relu)."""
+def matmul_module(m, k, n, batch=None, bias=True, relu=False, gelu=False):
+    """``x[(batch,) m, k] @ w[k, n]`` (+ bias[n]) (+ relu) (+ gelu)."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((*([batch] if batch else []), m, k), "float32"))
     w = relax.Var("w", relax.TensorType((k, n), "float32"))
@@ -45,6 +45,8 @@ def matmul_module(m, k, n, batch=None, bias=True, relu=False):
                 y = bb.emit(relax.op.add(y, b))
             if relu:
                 y = bb.emit(relax.op.nn.relu(y))
+            if gelu:
+                y = bb.emit(relax.op.nn.gelu(y))
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()

@@ -136,26 +136,13 @@ def test_products_of_many_batches_run_by_batch_and_match(batch, m, k, n, by_batc
     assert_close(run(scheduled, args, target), run(func, args, target))
 
 
-def _gelu_dense_func():
-    from tvm import relax
-
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((12, 64), "float32"))
-    w = relax.Var("w", relax.TensorType((64, 96), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.nn.gelu(relax.op.matmul(x, w)))
-        bb.emit_func_output(y)
-    return fused_func(bb.get())
-
-
 def test_a_transcendental_epilogue_keeps_its_write_back_loops():
     # GELU's erf, rewritten by fast_math, is dozens of vector instructions: unrolled over a
     # 6-row tile of 4 vectors it was 0.85 s of LLVM per dense layer (ConvNeXt-T)
     import tvm_ffi
     from tvm import tirx
 
-    func = _gelu_dense_func()
+    func = fused_func(matmul_module(12, 64, 96, bias=False, gelu=True))
     scheduled = schedule_cpu_func(func, NATIVE)
     assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
     unrolled_math = []
