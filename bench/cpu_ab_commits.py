@@ -57,39 +57,37 @@ for name in names:
 )
 
 TIME = r"""
-import json, statistics, sys, time
+import json, sys, time
 import numpy as np
 import tvm
 from tvm import relax
 from tvm_rtask import native
 from tvm_rtask.models.real import load_real_model, sample_inputs
 from tvm_rtask.runtime import set_num_threads
+from tvm_rtask.testing.peers import stats, time_calls
+from tvm_rtask.testing.run import run_executable
 name, size, seconds, base, head = sys.argv[1:]
 native.load()
 set_num_threads(2)
-x = tvm.runtime.tensor(list(sample_inputs(load_real_model(name, size=size, seed=0)).values())[0])
+feed = sample_inputs(load_real_model(name, size=size, seed=0))
+x = [tvm.runtime.tensor(v) for v in feed.values()]
 sides = {"base": base, "head": head}
-vms = {k: relax.VirtualMachine(tvm.runtime.load_module(f"{d}/{name}.so"), tvm.cpu())
-       for k, d in sides.items()}
-def first(v):
-    return v.numpy() if hasattr(v, "numpy") else v[0].numpy()
-outs = {k: first(vm["main"](x)) for k, vm in vms.items()}
-times = {k: [] for k in vms}
-for vm in vms.values():
+libs = {k: tvm.runtime.load_module(f"{d}/{name}.so") for k, d in sides.items()}
+outs = {k: run_executable(lib, feed)[0] for k, lib in libs.items()}
+mains = {k: relax.VirtualMachine(lib, tvm.cpu())["main"] for k, lib in libs.items()}
+for m in mains.values():
     for _ in range(5):
-        vm["main"](x)
+        m(*x)
+times = {k: [] for k in mains}
 deadline = time.perf_counter() + float(seconds)
 while time.perf_counter() < deadline:
-    for k, vm in vms.items():
-        for _ in range(3):
-            t = time.perf_counter()
-            vm["main"](x)
-            times[k].append(time.perf_counter() - t)
+    for k, m in mains.items():
+        times[k] += time_calls(lambda m=m: m(*x), warmup=0, repeat=3, min_samples=3)
 row = {"model": name, "runs": len(times["base"]),
        "max_abs_diff": float(np.abs(outs["head"] - outs["base"]).max()),
        "max_abs_output": float(np.abs(outs["base"]).max())}
 for k, d in sides.items():
-    row[k + "_ms"] = statistics.median(times[k]) * 1e3
+    row[k + "_ms"] = stats(times[k])["median_ms"]
     with open(f"{d}/{name}.json") as f:
         row[k + "_compile_cpu_s"] = json.load(f)["compile_cpu_s"]
 print("RESULT " + json.dumps(row), flush=True)
