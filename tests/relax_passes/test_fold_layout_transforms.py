@@ -8,7 +8,11 @@ from tvm import relax
 from tvm.ir.expr import Constant
 
 from tvm_rtask.relax_exprs import op_name
-from tvm_rtask.relax_passes.fold_layout_transforms import FoldConstantLayoutTransforms
+from tvm_rtask.relax_passes.fold_layout_transforms import (
+    FoldConstantLayoutTransforms,
+    _scattered,
+    _split_and_permuted,
+)
 
 RNG = np.random.default_rng(0)
 
@@ -61,3 +65,68 @@ def test_padding_without_a_pad_value_is_left_alone():
     calls = []
     relax.analysis.post_order_visit(folded["main"], lambda e: calls.append(op_name(e)))
     assert "relax.layout_transform" in calls
+
+
+SPLITS = {
+    "OIHW16o": ((32, 8, 3, 3), lambda o, i, h, w: (o // 16, i, h, w, o % 16)),
+    "OIHW8i16o": ((48, 32, 1, 1), lambda o, i, h, w: (o // 16, i // 8, h, w, i % 8, o % 16)),
+    "transpose": ((6, 7), lambda a, b: (b, a)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPLITS))
+def test_split_and_permute_path_equals_the_scatter(name):
+    """Maps that split axes and permute them take a reshape and a transpose, which give what
+    the general path (one destination index per element) gives."""
+    shape, fn = SPLITS[name]
+    value = RNG.standard_normal(shape).astype("float32")
+    index_map = tvm.tirx.IndexMap.from_func(fn, index_dtype="int64")
+    fast = _split_and_permuted(value, index_map)
+    assert fast is not None
+    np.testing.assert_array_equal(fast, _scattered(value, index_map, None))
+
+
+@pytest.mark.parametrize(
+    "shape, fn",
+    [
+        ((20, 4), lambda o, i: (o // 8, i, o % 8)),  # 20 is not a multiple of 8: padded
+        ((8, 4), lambda o, i: (o // 4, i, o % 2)),  # one axis, two factors
+        ((8, 4), lambda o, i: (o + i, o)),  # not a split
+    ],
+)
+def test_other_maps_take_the_general_path(shape, fn):
+    value = RNG.standard_normal(shape).astype("float32")
+    index_map = tvm.tirx.IndexMap.from_func(fn, index_dtype="int64")
+    assert _split_and_permuted(value, index_map) is None
+
+
+def test_reshape_and_transpose_chains_fold_into_one_constant():
+    """A bias reshaped to (1, C, 1, 1) and then blocked, and a dense weight transposed, fold
+    to the constants TVM's own build of the same module computes."""
+    bias = RNG.standard_normal(32).astype("float32")
+    weight = RNG.standard_normal((5, 7)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1,), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            b4 = bb.emit(relax.op.reshape(relax.const(bias), (1, 32, 1, 1)))
+            blocked = bb.emit(
+                relax.op.layout_transform(b4, lambda n, c, h, w: (n, c // 16, h, w, c % 16))
+            )
+            wt = bb.emit(relax.op.permute_dims(relax.const(weight)))
+            ws = bb.emit(relax.op.expand_dims(wt, [0]))
+            out = bb.emit_output(relax.Tuple([blocked, ws]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    folded = FoldConstantLayoutTransforms()(mod)
+    calls = []
+    relax.analysis.post_order_visit(folded["main"], lambda e: calls.append(op_name(e)))
+    assert not {"relax.layout_transform", "relax.reshape", "relax.permute_dims"} & set(calls)
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    expected = vm["main"](tvm.runtime.tensor(np.zeros(1, "float32")))
+    got = relax.VirtualMachine(tvm.compile(folded, "llvm"), tvm.cpu())["main"](
+        tvm.runtime.tensor(np.zeros(1, "float32"))
+    )
+    for e, g in zip(expected, got, strict=True):
+        assert np.abs(e.numpy()).max() > 0.1
+        np.testing.assert_array_equal(g.numpy(), e.numpy())

@@ -22,7 +22,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 
-from ..relax_exprs import four_sided_padding
+from ..relax_exprs import array_const, four_sided_padding
 from .dataflow import handle, main_dataflow, static_shape
 
 CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -124,7 +124,9 @@ def _padded_weights(
             w = c.weight.value.numpy()
             ph, pw = (size[0] - c.kernel[0]) // 2, (size[1] - c.kernel[1]) // 2
             arrays.append(np.pad(w, ((0, 0), (0, 0), (ph, ph), (pw, pw))))
-        return relax.const(np.concatenate(arrays, axis=0), str(group[0].weight.ty.dtype)), []
+        return array_const(
+            np.concatenate(arrays, axis=0).astype(str(group[0].weight.ty.dtype), copy=False)
+        ), []
     bindings: list[relax.Binding] = []
 
     def bind(expr: relax.Expr, name: str) -> relax.Var:

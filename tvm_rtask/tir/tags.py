@@ -9,11 +9,13 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import s_tir, tirx
 
+from .schedule import schedule_of
+
 
 def annotate_blocks(func: tirx.PrimFunc, prefix: str, key: str, value: str) -> tirx.PrimFunc | None:
     """``func`` with every block whose name starts with ``prefix`` annotated ``key=value``;
     None when no block has such a name."""
-    sch = s_tir.Schedule(func)
+    sch = schedule_of(func)
     names: list[str] = []
 
     def visit(node) -> None:

@@ -13,6 +13,7 @@ from tvm.s_tir.dlight.base.common_schedules import try_inline
 
 from ...tir.common import gather_under_anchor, root_children
 from ...tir.rules import LOGGER, one_line, operator_name
+from ...tir.schedule import schedule_of
 from .kernel import CHUNK_ANNOTATION, CPURKernel
 from .tuned import is_tuned, make_tuned_cpu_rkernel
 
@@ -28,7 +29,7 @@ def make_cpu_rkernel(func: tirx.PrimFunc, max_rtasks: int) -> CPURKernel:
     """
     if is_tuned(func):  # a MetaSchedule schedule: cut along its own parallel loop
         return make_tuned_cpu_rkernel(func, max_rtasks)
-    sch = s_tir.Schedule(func)
+    sch = schedule_of(func)
     whole = func  # one rTask: the function with its injective blocks inlined, where they are
     try:
         blocks = root_children(sch)

@@ -27,6 +27,7 @@ from tvm.target import Target
 from ...errors import UnsupportedOperator
 from ...tir.analysis import allocated_buffers, buffer_bytes, buffer_elements
 from ...tir.common import gather_under_anchor, root_children
+from ...tir.schedule import schedule_of
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 ALLREDUCE = "tirx.tvm_thread_allreduce"
@@ -100,7 +101,7 @@ def schedule_serial_reduction(func: tirx.PrimFunc, threads: int) -> tirx.PrimFun
     from tvm.s_tir.dlight.analysis import get_sblock_info
     from tvm.s_tir.dlight.base.common_schedules import try_inline
 
-    sch = s_tir.Schedule(func)
+    sch = schedule_of(func)
     try:
         try_inline(sch, [get_sblock_info(sch, b) for b in root_children(sch)])
         loops = gather_under_anchor(sch)

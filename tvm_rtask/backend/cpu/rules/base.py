@@ -19,6 +19,7 @@ from tvm.target import Target
 
 from ....tir.common import root_children, substitute_vars
 from ....tir.rules import inline_epilogue_chain
+from ....tir.schedule import schedule_of
 from .fast_math import calls_transcendental
 
 # float32 lanes when the target names no CPU (the brief's AVX2 assumption; plain ``llvm``
@@ -136,7 +137,7 @@ def float32_reduction(rule: CPUScheduleRule, func, target: Target, matches):
     other root block must be injective."""
     if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
         return None
-    sch = s_tir.Schedule(func)
+    sch = schedule_of(func)
     block = single_reduction(sch)
     if block is None or not matches(sch, block):
         return None
@@ -155,7 +156,7 @@ def normalized_reductions(rule: CPUScheduleRule, func, target: Target):
     to ``target``; None when ``func`` is not a PrimFunc or normalization fails."""
     if not isinstance(func, tirx.PrimFunc) or not rule.is_target_available(target):
         return None
-    sch = s_tir.Schedule(func)
+    sch = schedule_of(func)
     infos = normalize_prim_func(sch)
     if not infos:
         return None

@@ -30,6 +30,7 @@ import tvm_ffi
 from tvm import s_tir, te, tirx
 from tvm.target import Target
 
+from ....tir.schedule import schedule_of
 from .base import CPUScheduleRule, loop_var_of, overlap_last_tile, vector_lanes
 
 SOFTMAX_BLOCKS = ("T_softmax_maxelem", "T_softmax_exp", "T_softmax_expsum", "T_softmax_norm")
@@ -96,7 +97,7 @@ def softmax_rows(shape: list[int], lanes: int) -> tirx.PrimFunc:
     )
     out = te.compute(shape, lambda *i: e(*i) / total(*i[:-1]), name="softmax")
     func = te.create_prim_func([x, out])
-    sch = s_tir.Schedule(func)
+    sch = schedule_of(func)
     last = sch.get_sblock("softmax")
     loops = sch.get_loops(last)
     row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]

@@ -27,6 +27,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.gpu.matmul import auto_inline_producers
 from tvm.target import Target
 
+from ....tir.schedule import schedule_of
 from .base import ConvInfo, CUDAScheduleRule, find_conv, inline_epilogue, thread_cap
 
 UNROLL = 64
@@ -50,7 +51,7 @@ class DepthwiseConv2dNCHW(CUDAScheduleRule):
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
-        sch = s_tir.Schedule(func)
+        sch = schedule_of(func)
         info = find_conv(sch)
         if info is None or info.group_channels != 1:
             return None
