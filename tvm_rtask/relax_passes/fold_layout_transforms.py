@@ -123,6 +123,7 @@ def _scattered(value: np.ndarray, index_map: tirx.IndexMap, pad_value) -> np.nda
 # and its constant's array: the biases reach a blocked layout_transform through a reshape,
 # and a dense layer's weight through permute_dims
 _RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
+_MOVES = ("relax.layout_transform", "relax.permute_dims", *_RESHAPES)
 
 
 def _moved(call: relax.Call, value: np.ndarray) -> np.ndarray | None:
@@ -143,7 +144,7 @@ class _Folder(relax.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: D102 (the mutator's hook)
         call = self.visit_expr_post_order(call)
         data = bound_value(self, call.args[0]) if call.args else None
-        if not isinstance(data, Constant) or op_name(call) is None:
+        if not isinstance(data, Constant) or op_name(call) not in _MOVES:
             return call
         out = _moved(call, data.value.numpy())
         if out is None or str(out.dtype) != str(data.value.dtype):
