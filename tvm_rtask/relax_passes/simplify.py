@@ -48,7 +48,9 @@ class _ConstantCallFolder(relax.PyExprMutator):
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = self.visit_expr(binding.value)
-        constant = self._evaluate(value)
+        # a variable bound to a constant (a weight that FoldConstantLayoutTransforms reshaped)
+        # is that constant to every call that reads it
+        constant = value if isinstance(value, Constant) else self._evaluate(value)
         if constant is None:
             self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
         else:
@@ -94,6 +96,9 @@ def _foldable_functions(mod: tvm.IRModule) -> list[tvm.ir.GlobalVar]:
         constant: set[int] = set()
         for block in func.body.blocks:
             for binding in block.bindings:
+                if isinstance(binding, relax.VarBinding) and isinstance(binding.value, Constant):
+                    constant.add(handle(binding.var))
+                    continue
                 call = as_tir_call(binding.value)
                 if call is None or call.has_tir_vars:
                     continue
