@@ -74,8 +74,7 @@ def variant_function(func_name: str, num_rtasks: int) -> str:
 def kernel_function(mod: tvm.IRModule, func_name: str, kernel_name: str) -> str:
     """The PrimFunc that implements rKernel ``kernel_name`` (``<func>@<num_rtasks>``)."""
     alternative = variant_function(func_name, int(kernel_name.rpartition("@")[2]))
-    names = {gv.name_hint for gv in mod.get_global_vars()}
-    return alternative if alternative in names else func_name
+    return alternative if alternative in mod else func_name
 
 
 def _candidates(func, tuned, target=None, name: str | None = None) -> list[tuple]:
