@@ -121,10 +121,11 @@ def _scattered(value: np.ndarray, index_map: tirx.IndexMap, pad_value) -> np.nda
     return out
 
 
-# operators that only move a constant's elements, and their numpy equivalent given the call
-# and its constant's array: the biases reach a blocked layout_transform through a reshape,
-# and a dense layer's weight through permute_dims
+# operators that only move a constant's elements (``_moved`` gives their numpy equivalent):
+# the biases reach a blocked layout_transform through a reshape, and a dense layer's weight
+# through permute_dims
 _RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze")
+_MOVES = ("relax.layout_transform", "relax.permute_dims", *_RESHAPES)
 # IEEE operations numpy computes exactly as the legalized kernels do (broadcasting alike): a
 # batch norm in the blocked layout leaves sqrt(variance + eps) of its constants
 _ARITHMETIC = {
@@ -134,7 +135,6 @@ _ARITHMETIC = {
     "relax.divide": np.divide,
     "relax.sqrt": np.sqrt,
 }
-_MOVES = ("relax.layout_transform", "relax.permute_dims", *_RESHAPES)
 
 
 def _moved(call: relax.Call, value: np.ndarray) -> np.ndarray | None:
@@ -163,7 +163,8 @@ class _Folder(relax.PyExprMutator):
             return call
         values = [a.value.numpy() for a in args]
         if name in _ARITHMETIC:
-            out = _ARITHMETIC[name](*values)
+            with np.errstate(all="ignore"):  # a NaN or inf is folded as TVM would compute it
+                out = _ARITHMETIC[name](*values)
         else:
             out = _moved(call, values[0])
         dtype = getattr(call.ty, "dtype", None)
