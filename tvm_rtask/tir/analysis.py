@@ -5,6 +5,20 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import s_tir, tirx
 
+
+def block_iterator_kinds(func: tirx.PrimFunc) -> set[int]:
+    """The kinds (``tirx.IterVar.DataPar``, ``CommReduce``, ...) of every block iterator of
+    ``func``: whether anything reduces, without building a schedule (about a millisecond
+    each). The walk visits blocks only; an untyped walk calls Python for every node."""
+    kinds: set[int] = set()
+
+    def visit(block: s_tir.SBlock) -> None:
+        kinds.update(int(v.iter_type) for v in block.iter_vars)
+
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, visit))
+    return kinds
+
+
 _ARITH = (
     tirx.Add,
     tirx.Sub,

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-import tvm_ffi
-from tvm import s_tir, tirx
+from tvm import tirx
 
 from ..records.workload import TASK_SYMBOL, task_module, workload_key  # noqa: F401 - re-exported
 from ..relax_passes.dataflow import as_tir_call, main_dataflow
-from ..tir.analysis import estimate_flops
+from ..tir.analysis import block_iterator_kinds, estimate_flops
 
 # MetaSchedule's builder only exports functions with a global symbol (a private PrimFunc from
 # FuseTIR has none, and the build fails in a later pass): the task module names it "main".
@@ -38,16 +37,7 @@ class TuningTask:
 def has_reduction(func: tirx.PrimFunc) -> bool:
     """True when some block reduces: matmul, conv, pooling, softmax. Purely injective
     operators (reshape, add) gain little from tuning and are left to the defaults."""
-    found = [False]
-
-    def visit(node):
-        if isinstance(node, s_tir.SBlock) and any(
-            int(iv.iter_type) == tirx.IterVar.CommReduce for iv in node.iter_vars
-        ):
-            found[0] = True
-
-    tvm_ffi.structural_walk(func.body, visit)
-    return found[0]
+    return tirx.IterVar.CommReduce in block_iterator_kinds(func)
 
 
 def extract_tasks(mod: tvm.IRModule, include_injective: bool = False) -> list[TuningTask]:

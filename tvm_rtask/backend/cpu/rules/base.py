@@ -17,6 +17,7 @@ from tvm.s_tir.dlight.analysis import get_sblock_info, normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.target import Target
 
+from ....tir.analysis import block_iterator_kinds
 from ....tir.common import root_children, substitute_vars
 from ....tir.rules import inline_epilogue_chain
 from ....tir.schedule import schedule_of
@@ -132,16 +133,9 @@ def single_reduction(sch: s_tir.Schedule):
 
 def only_injective_blocks(func: tirx.PrimFunc) -> bool:
     """Every block of ``func`` has only data-parallel iterators: no rule that schedules a
-    reduction applies. A walk of the function, where building the schedule that would find
-    the same costs about a millisecond (DenseNet-121's 198 operators met 1,216 schedules)."""
-    found = []
-
-    def visit(block: s_tir.SBlock) -> None:
-        if any(int(v.iter_type) != tirx.IterVar.DataPar for v in block.iter_vars):
-            found.append(block)
-
-    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, visit))
-    return not found
+    reduction applies (checked before a schedule is built: the reduction rules built 1,216 for
+    DenseNet-121's 198 operators, most of them elementwise)."""
+    return block_iterator_kinds(func) <= {tirx.IterVar.DataPar}
 
 
 def float32_reduction(rule: CPUScheduleRule, func, target: Target, matches):
