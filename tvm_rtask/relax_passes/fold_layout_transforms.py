@@ -146,7 +146,7 @@ def _moved(call: relax.Call, value: np.ndarray) -> np.ndarray | None:
         return None if shape is None else value.reshape(shape)
     if name == "relax.permute_dims":
         axes = call.attrs.axes
-        return np.ascontiguousarray(value.transpose(None if axes is None else ints(axes)))
+        return value.transpose(None if axes is None else ints(axes))  # made contiguous below
     return None
 
 
