@@ -6,7 +6,7 @@ against TVM's CUDA build (bench/results/2026-11-26-h200-w2-summary.md). Each var
 worker process of its own (its TVM reference build, its tvm-rtask build, one call), run side
 by side:
 
-- ``default`` (wavefront, counters on CUDA), ``sequential``, ``fine`` and ``global``
+- ``default`` (wavefront, counters on CUDA), ``sequential``, ``fine`` and (llvm) ``global``
   (step-array barriers instead of counters), ``inlined`` (``cuda_body_functions=False``),
   ``no_rules`` (``cuda_rules=False``: dlight's schedules only), ``one_per_veu``
   (``rtasks_per_veu=1``);
@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 CUDA_TARGET = {"kind": "cuda", "arch": "sm_90"}
+BISECT_MODEL = "light:shufflenet"  # what the pack prepares (bench/gpu_window.py --prepare)
 TOLERANCE = 1e-4
 # variant -> tvm_rtask.compile options; the CUDA-only ones are left out on llvm
 VARIANTS = {
@@ -55,6 +56,7 @@ VARIANTS = {
     "probed": {},
 }
 CUDA_ONLY = {"inlined", "no_rules"}
+LLVM_ONLY = {"global"}  # llvm's parallel barrier: an OptionError on CUDA
 PROBED_OPS = ("Concat", "Sum", "Add", "AveragePool", "MaxPool", "GlobalAveragePool", "Gemm")
 
 
@@ -102,16 +104,34 @@ def _describe(a, e) -> dict:
     }
 
 
-def worker(spec: str, variant: str, target_kind: str) -> dict:
-    """One variant: TVM's default build and tvm-rtask's of the (probed) model, one call each."""
+def use_nvcc_cache() -> None:
+    """tvm-rtask's CUDA sources from the nvcc cache (on the device the pack's, which
+    ``make gpu-pack`` fills with these variants' builds); TVM's own go to TVM's compile."""
+    from gpu_window import PACK_MANIFEST, _read_json, adopt_pack_nvcc
+
+    from tvm_rtask.backend.cuda import compile_cache
+
+    prep = os.environ.get("TVM_RTASK_GPU_PREP")
+    adopt_pack_nvcc(
+        _read_json(Path(prep) / PACK_MANIFEST) if prep else {}, compile_cache.nvcc_version()
+    )
+    compile_cache.install_compile_callback()
+
+
+def worker(spec: str, variant: str, target_kind: str, codegen_only: bool = False) -> dict:
+    """One variant: TVM's default build and tvm-rtask's of the (probed) model, one call each.
+    ``codegen_only``: tvm-rtask's CUDA build alone, through nvcc into the cache (the pack)."""
     import tvm
     from gpu_window import _run, load_model
 
     import tvm_rtask
+    from tvm_rtask.backend.cuda import compile_cache
     from tvm_rtask.relax_passes import as_target
 
     rec: dict = {"spec": spec, "variant": variant, "target": target_kind}
     started = time.time()
+    if target_kind == "cuda":
+        use_nvcc_cache()
     model, inputs = load_model(spec)
     names = [o.name for o in model.graph.output]
     probes: list[str] = []
@@ -123,11 +143,18 @@ def worker(spec: str, variant: str, target_kind: str) -> dict:
     target = CUDA_TARGET if target_kind == "cuda" else {"kind": "llvm"}
     dev = tvm.cuda(0) if target_kind == "cuda" else tvm.cpu()
     mod = tvm_rtask.frontend.load(model)
+    if codegen_only:
+        tvm_rtask.compile(mod, target, **options)
+        rec.update(
+            ok=True, total_s=round(time.time() - started, 1), nvcc_cache=compile_cache.stats()
+        )
+        return rec
 
     reference = _run(tvm.compile(mod, as_target(target)), inputs, dev)[2]
     rec["tvm_s"] = round(time.time() - started, 1)
     actual = _run(tvm_rtask.compile(mod, target, **options), inputs, dev)[2]
     rec["total_s"] = round(time.time() - started, 1)
+    rec["nvcc_cache"] = compile_cache.stats()
     rec["outputs"] = {n: _describe(a, e) for n, a, e in zip(names, actual, reference, strict=True)}
     # graph order first: the earliest probe off is where the error starts
     order = probes + names[: len(names) - len(probes)]
@@ -138,9 +165,9 @@ def worker(spec: str, variant: str, target_kind: str) -> dict:
     return rec
 
 
-def _worker_main(spec: str, variant: str, target_kind: str, out: str) -> int:
+def _worker_main(spec: str, variant: str, target_kind: str, out: str, codegen_only: bool) -> int:
     try:
-        rec = worker(spec, variant, target_kind)
+        rec = worker(spec, variant, target_kind, codegen_only)
     except Exception as err:  # noqa: BLE001 - the record says what broke
         rec = {
             "spec": spec,
@@ -186,12 +213,15 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) - 2)))
     p.add_argument("--deadline", type=float, default=300, help="seconds for all workers")
     p.add_argument("--worker", nargs=2, metavar=("VARIANT", "TARGET"), help=argparse.SUPPRESS)
+    p.add_argument(
+        "--codegen-only", action="store_true", help="--worker: build, no reference, no run"
+    )
     args = p.parse_args(argv)
     if args.worker:
-        return _worker_main(args.spec, args.worker[0], args.worker[1], args.out)
+        return _worker_main(args.spec, *args.worker, args.out, args.codegen_only)
     variants = args.variants.split(",") if args.variants else list(VARIANTS)
-    if args.target != "cuda":
-        variants = [v for v in variants if v not in CUDA_ONLY]
+    left_out = CUDA_ONLY if args.target != "cuda" else LLVM_ONLY
+    variants = [v for v in variants if v not in left_out]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")

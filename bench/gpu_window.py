@@ -314,6 +314,20 @@ def sanitize_worker() -> int:
     return 0
 
 
+def adopt_pack_nvcc(manifest: dict, device_nvcc: str | None) -> str | None:
+    """Key the nvcc cache by the pack's nvcc where the device's differs (the pack's cubins are
+    sm_90 code: the driver runs them whatever nvcc made them); returns a note when it does."""
+    from tvm_rtask.backend.cuda import compile_cache
+
+    if not (manifest and manifest.get("nvcc")) or device_nvcc == manifest["nvcc"]:
+        return None
+    os.environ[compile_cache.NVCC_VERSION_ENV] = manifest["nvcc"]
+    return (
+        f"nvcc differs (pack: {manifest['nvcc']}; device: {device_nvcc}): the pack's "
+        f"cubins are used ({compile_cache.NVCC_VERSION_ENV} set)"
+    )
+
+
 # -- the pack's preparation (no GPU needed) ----------------------------------------------------
 def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
     """Fill ``prep/nvcc`` with the nvcc builds (cubin + ptxas report) of every tvm-rtask CUDA
@@ -376,6 +390,21 @@ def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
                 "3000",
             ]
         )
+    if not smoke:  # the bisect of light ShuffleNet's wrong CUDA build (docs/gpu.md)
+        from gpu_bisect import BISECT_MODEL, LLVM_ONLY, VARIANTS
+
+        cmds += [
+            [
+                sys.executable,
+                str(HERE / "gpu_bisect.py"),
+                BISECT_MODEL,
+                "--out",
+                str(prep / "bisect.jsonl"),
+            ]
+            + ["--worker", v, "cuda", "--codegen-only"]
+            for v in VARIANTS
+            if v not in LLVM_ONLY
+        ]
     failed = _run_parallel(cmds, jobs, env, log)
     for rec in _read_jsonl(worker_out):
         manifest["builds"].append(
@@ -565,13 +594,9 @@ class Window:
             "nvcc_cache": os.environ.get(compile_cache.CACHE_ENV),
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
         }
-        if manifest and manifest.get("nvcc") and device_nvcc != manifest.get("nvcc"):
-            # the cubins of the pack are sm_90 code; the driver runs them whatever nvcc made
-            os.environ[compile_cache.NVCC_VERSION_ENV] = manifest["nvcc"]
-            rec["note"] = (
-                f"nvcc differs (pack: {manifest['nvcc']}; device: {device_nvcc}): the pack's "
-                f"cubins are used ({compile_cache.NVCC_VERSION_ENV} set)"
-            )
+        note = adopt_pack_nvcc(manifest, device_nvcc)
+        if note:
+            rec["note"] = note
         if manifest and manifest.get("source_hash") != rec["source_hash"]:
             rec["warning"] = "the sources changed since the pack: its nvcc cache may miss"
         self.manifest = manifest
