@@ -221,6 +221,7 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
 
     import tvm_rtask
     from tvm_rtask.backend.cuda import compile_cache
+    from tvm_rtask.testing.onnx_light import onnxruntime_outputs
 
     rec: dict = {"step": "numerics", "model": spec, "target": "cuda" if gpu else "llvm"}
     with _recorded(out, rec, nvcc_cache=True) as t0:
@@ -254,14 +255,21 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
         rec["rtask_compile_s"] = round(time.perf_counter() - t, 2)
         _, _, actual = _run(ex, inputs, dev)
         rec["rel_err"] = max_relative_error(actual, reference)
-        rec["ok"] = rec["rel_err"] < TOLERANCE
+        # ONNX Runtime on the CPU is the independent reference: TVM's own CUDA build was found
+        # wrong (and varying from run to run) on light ShuffleNet (docs/gpu.md, third window)
+        expected = onnxruntime_outputs(model, inputs)
+        rec["ort_rel_err"] = max_relative_error(actual, expected)
+        rec["tvm_ort_rel_err"] = max_relative_error(reference, expected)
+        rec["ok"] = rec["ort_rel_err"] < TOLERANCE and (
+            rec["rel_err"] < TOLERANCE or rec["tvm_ort_rel_err"] >= TOLERANCE
+        )
         if gpu:
             graph_ex = builds["wavefront_cuda_graph"]()
             vm, args, first = _run(graph_ex, inputs, dev)  # the capture
-            worst, identical = max_relative_error(first, reference), True
+            worst, identical = max_relative_error(first, expected), True
             for _ in range(GRAPH_REPLAYS):
                 outs = to_numpy_list(vm["main"](*args))
-                worst = max(worst, max_relative_error(outs, reference))
+                worst = max(worst, max_relative_error(outs, expected))
                 identical &= all((a == b).all() for a, b in zip(outs, first, strict=True))
             rec.update(graph_replays=GRAPH_REPLAYS, graph_rel_err=worst, graph_identical=identical)
             rec["ok"] = rec["ok"] and worst < TOLERANCE and identical
@@ -1027,19 +1035,23 @@ def render_summary(doc: dict, steps: dict) -> str:
             if env.get(key):
                 lines.append(f"{key}: {env[key]}")
     num = steps.get("numerics")
-    lines += ["", "## 1. Numerics (tvm-rtask default build vs TVM default build)"]
+    lines += [
+        "",
+        "## 1. Numerics (tvm-rtask's default build vs ONNX Runtime on the CPU, and vs TVM's)",
+    ]
     if num:
         lines += [
             "",
-            "| model | target | ok | rel. error | graph replays | graph rel. error | "
-            "TVM compile s | rtask compile s | nvcc cache hits/misses |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| model | target | ok | rel. error vs ORT | vs TVM | TVM vs ORT | graph replays | "
+            "graph rel. error vs ORT | TVM compile s | rtask compile s | nvcc cache hits/misses |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in num["records"]:
             cache = r.get("nvcc_cache") or {}
             lines.append(
                 f"| {r.get('model')} | {r.get('target', 'cuda')} | "
-                f"{'yes' if r.get('ok') else 'NO'} | {_fmt(r.get('rel_err'))} | "
+                f"{'yes' if r.get('ok') else 'NO'} | {_fmt(r.get('ort_rel_err'))} | "
+                f"{_fmt(r.get('rel_err'))} | {_fmt(r.get('tvm_ort_rel_err'))} | "
                 f"{r.get('graph_replays', '')} | {_fmt(r.get('graph_rel_err'))} | "
                 f"{r.get('tvm_compile_s', '')} | {r.get('rtask_compile_s', '')} | "
                 f"{cache.get('hits', '')}/{cache.get('misses', '')} |"

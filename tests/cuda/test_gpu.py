@@ -1,7 +1,10 @@
-"""On a real GPU: persistent kernels against TVM's default CUDA build, timeouts, replays.
+"""On a real GPU: persistent kernels against ONNX Runtime and TVM's default CUDA build,
+timeouts, replays.
 
 Marked ``gpu``: skipped (by tests/conftest.py) where ``tvm.cuda(0)`` does not exist.
 """
+
+import warnings
 
 import numpy as np
 import pytest
@@ -16,6 +19,8 @@ from tvm_rtask.testing.onnx_light import (
     LIGHT_MODELS,
     assert_outputs_match,
     load_light_model,
+    max_relative_error,
+    onnxruntime_outputs,
     random_inputs,
 )
 from tvm_rtask.testing.run import run_executable
@@ -24,46 +29,59 @@ pytestmark = pytest.mark.gpu
 TARGET = {"kind": "cuda", "arch": "sm_90"}
 
 
-def _matches_tvm_default(model, inputs, label, **options):
-    """tvm-rtask's CUDA build of ``model`` with ``options`` computes what TVM's default
-    build computes."""
+def _matches_references(model, inputs, label, **options):
+    """tvm-rtask's CUDA build of ``model`` with ``options`` computes what ONNX Runtime
+    computes on the CPU (the independent reference) and, where TVM's default CUDA build agrees
+    with ONNX Runtime, what that build computes. TVM 0.27's CUDA build of light ShuffleNet
+    is off from ONNX Runtime and differs from run to run (docs/gpu.md, third window): such a
+    TVM result is reported as a warning, never used as the reference."""
     dev = tvm.cuda(0)
     mod = tvm_rtask.frontend.load(model)
-    reference = run_executable(tvm.compile(mod, as_target(TARGET)), inputs, dev)
+    expected = onnxruntime_outputs(model, inputs)
     actual = run_executable(tvm_rtask.compile(mod, TARGET, **options), inputs, dev)
-    assert_outputs_match(actual, reference, label)
+    assert_outputs_match(actual, expected, label)
+    tvm_default = run_executable(tvm.compile(mod, as_target(TARGET)), inputs, dev)
+    tvm_error = max_relative_error(tvm_default, expected)
+    if tvm_error < 1e-4:
+        assert_outputs_match(actual, tvm_default, label)
+    else:
+        warnings.warn(
+            f"{label}: TVM's default CUDA build is off from ONNX Runtime (relative error "
+            f"{tvm_error:.3g}); tvm-rtask's build matches ONNX Runtime",
+            stacklevel=2,
+        )
 
 
 @pytest.mark.parametrize("policy", ["wavefront", "sequential"])
 @pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_light_model_matches_tvm_default_cuda_build(name, policy):
+def test_light_model_cuda_build_matches_references(name, policy):
     model = load_light_model(name)
-    _matches_tvm_default(model, random_inputs(model), (name, policy), policy=policy)
+    _matches_references(model, random_inputs(model), (name, policy), policy=policy)
 
 
 @pytest.mark.parametrize("name", zoo.names())
-def test_builtin_model_matches_tvm_default_cuda_build(name):
+def test_builtin_model_cuda_build_matches_references(name):
     model = zoo.onnx_model(name)
-    _matches_tvm_default(model, zoo.sample_inputs(model), name)
+    _matches_references(model, zoo.sample_inputs(model), name)
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
-def test_inlined_bodies_match_tvm_default_cuda_build(name):
+def test_inlined_bodies_match_references(name):
     """``cuda_body_functions=False``: every rKernel body inlined into its persistent kernel
     (the default calls the bodies that use shared memory as device functions)."""
     model = load_light_model(name)
-    _matches_tvm_default(model, random_inputs(model), name, cuda_body_functions=False)
+    _matches_references(model, random_inputs(model), name, cuda_body_functions=False)
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
-def test_veu_ids_claimed_by_sm_match_tvm_default_cuda_build(name):
+def test_veu_ids_claimed_by_sm_match_references(name):
     """``cuda_veu_placement="smid"``: every block claims its vEU from the SM it runs on
     (backend/cuda/veu_claim.py), with fewer vEUs than the device keeps, so that some SMs
     hold fewer blocks than others and the overflow path may run too."""
     model = load_light_model(name)
     inputs = random_inputs(model)
-    _matches_tvm_default(model, inputs, name, cuda_veu_placement="smid")
-    _matches_tvm_default(model, inputs, name, cuda_veu_placement="smid", num_veu=200)
+    _matches_references(model, inputs, name, cuda_veu_placement="smid")
+    _matches_references(model, inputs, name, cuda_veu_placement="smid", num_veu=200)
 
 
 def test_thousand_replays_give_identical_results():
