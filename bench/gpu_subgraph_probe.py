@@ -22,6 +22,27 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 
+def full_warp_masks(code: str, *_) -> str:
+    """TVM's CUDA source with every ``__activemask()`` (the mask its cross-thread reductions
+    give their shuffles) replaced by the full mask: right where the whole warp reaches the
+    shuffles, as in the dlight reductions read in docs/gpu.md's third window."""
+    return code.replace("__activemask()", "0xffffffffu")
+
+
+def _with_cuda_postproc(postproc, build):
+    """``build()`` with TVM's CUDA source passed through ``postproc`` (TVM's
+    ``tvm_callback_cuda_postproc`` hook), the hook made the identity again afterwards."""
+    import tvm_ffi
+
+    tvm_ffi.register_global_func("tvm_callback_cuda_postproc", postproc, override=True)
+    try:
+        return build()
+    finally:
+        tvm_ffi.register_global_func(
+            "tvm_callback_cuda_postproc", lambda code, *_: code, override=True
+        )
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("spec")
@@ -30,12 +51,19 @@ def main(argv=None) -> int:
     p.add_argument("--target", choices=("cuda", "llvm"), default="cuda")
     p.add_argument("--out", required=True)
     p.add_argument("--outputs-only", action="store_true", help="no intermediate outputs")
+    p.add_argument("--calls", type=int, default=1, help="calls of each build (does it vary?)")
+    p.add_argument(
+        "--tvm-full-warp-mask",
+        action="store_true",
+        help="also TVM's build with its shuffles' __activemask() replaced by the full mask",
+    )
     args = p.parse_args(argv)
     import numpy as np
     import onnx
     import tvm
-    from gpu_bisect import CUDA_TARGET, _describe, use_nvcc_cache
+    from gpu_bisect import CUDA_TARGET, _describe, _relative, use_nvcc_cache
     from gpu_window import _run, load_model
+    from harness import to_numpy_list
     from onnx import shape_inference, utils
 
     import tvm_rtask
@@ -74,11 +102,26 @@ def main(argv=None) -> int:
         "default": lambda: tvm_rtask.compile(mod, target),
         "sequential": lambda: tvm_rtask.compile(mod, target, policy="sequential"),
     }
+    if args.tvm_full_warp_mask and args.target == "cuda":
+        builds["tvm_full_warp_mask"] = lambda: _with_cuda_postproc(
+            full_warp_masks, lambda: tvm.compile(mod, as_target(target))
+        )
     recs = []
     for variant, build in builds.items():
-        act = _run(build(), inputs, dev)[2]
+        vm, call_args, act = _run(build(), inputs, dev)
+        worst_call, identical = 0.0, True
+        for _ in range(args.calls - 1):  # does the same build give the same outputs each call?
+            again = to_numpy_list(vm["main"](*call_args))
+            identical &= all((x == y).all() for x, y in zip(again, act, strict=True))
+            worst_call = max(
+                worst_call, *(_relative(x, e) for x, e in zip(again, ref, strict=True))
+            )
         for n, a, e in zip(names, act, ref, strict=True):
             rec = {"variant": variant, "name": n, "op": ops.get(n), **_describe(a, e)}
+            if args.calls > 1:
+                rec.update(
+                    calls=args.calls, calls_identical=identical, worst_call_rel_err=worst_call
+                )
             recs.append(rec)
             print(json.dumps(rec), flush=True)
     with open(args.out, "w") as f:
