@@ -42,7 +42,6 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 CUDA_TARGET = {"kind": "cuda", "arch": "sm_90"}
-BISECT_MODEL = "light:shufflenet"  # what the pack prepares (bench/gpu_window.py --prepare)
 TOLERANCE = 1e-4
 # variant -> tvm_rtask.compile options; the CUDA-only ones are left out on llvm
 VARIANTS = {
@@ -197,6 +196,9 @@ def summary_lines(records: list[dict]) -> list[str]:
         if "error" in rec:
             lines.append(f"{rec['variant']:12s} ERROR {rec['error'][:200]}")
             continue
+        if "outputs" not in rec:  # --codegen-only
+            lines.append(f"{rec['variant']:12s} built in {rec.get('total_s')} s")
+            continue
         worst = max((o["rel_err"] for o in rec["outputs"].values()), default=0.0)
         first = rec.get("first_off")
         where = ""
@@ -225,7 +227,9 @@ def main(argv=None) -> int:
     p.add_argument("--deadline", type=float, default=300, help="seconds for all workers")
     p.add_argument("--worker", nargs=2, metavar=("VARIANT", "TARGET"), help=argparse.SUPPRESS)
     p.add_argument(
-        "--codegen-only", action="store_true", help="--worker: build, no reference, no run"
+        "--codegen-only",
+        action="store_true",
+        help="build only (the pack fills the nvcc cache so): no reference, no run",
     )
     args = p.parse_args(argv)
     if args.worker:
@@ -249,7 +253,7 @@ def main(argv=None) -> int:
         while pending and len(running) < args.jobs:
             v = pending.pop(0)
             cmd = [sys.executable, __file__, args.spec, "--out", str(out)]
-            cmd += ["--worker", v, args.target]
+            cmd += ["--worker", v, args.target] + (["--codegen-only"] if args.codegen_only else [])
             log = open(logs / f"{v}.log", "w")  # noqa: SIM115 - closed with the process
             running[v] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             print(f"[{time.strftime('%H:%M:%S')}] {v}: started", flush=True)

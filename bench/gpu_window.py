@@ -90,6 +90,7 @@ LATENCY_RTASK_CONFIGS = ["sequential", "wavefront_counter", "wavefront_cuda_grap
 BASELINE = "tvm_cuda_graph"
 # the sanitizer's kernel: the reduced zoo SqueezeNet, default CUDA build
 SANITIZE_MODEL = "zoo:squeezenet:reduced"
+BISECT_MODEL = "light:shufflenet"  # the pack prepares bench/gpu_bisect.py's builds of it
 GRAPH_REPLAYS = 20
 TOLERANCE = 1e-4
 # the dry run (no GPU): tiny models on llvm, and one codegen-only CUDA build through nvcc
@@ -398,21 +399,11 @@ def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
                 "3000",
             ]
         )
-    if not smoke:  # the bisect of light ShuffleNet's wrong CUDA build (docs/gpu.md)
-        from gpu_bisect import BISECT_MODEL, LLVM_ONLY, VARIANTS
-
-        cmds += [
-            [
-                sys.executable,
-                str(HERE / "gpu_bisect.py"),
-                BISECT_MODEL,
-                "--out",
-                str(prep / "bisect.jsonl"),
-            ]
-            + ["--worker", v, "cuda", "--codegen-only"]
-            for v in VARIANTS
-            if v not in LLVM_ONLY
-        ]
+    if not smoke:  # the bisect's tvm-rtask builds of light ShuffleNet (docs/gpu.md), one by one
+        cmds.append(
+            [sys.executable, str(HERE / "gpu_bisect.py"), BISECT_MODEL, "--codegen-only"]
+            + ["--out", str(prep / "bisect.jsonl"), "--jobs", "1", "--deadline", "3000"]
+        )
     failed = _run_parallel(cmds, jobs, env, log)
     for rec in _read_jsonl(worker_out):
         manifest["builds"].append(
