@@ -8,7 +8,7 @@ Runtime's outputs, TVM's build, its tvm-rtask build, one call), run side by side
 
 - ``default`` (wavefront, counters on CUDA), ``sequential``, ``fine`` and (llvm) ``global``
   (step-array barriers instead of counters), ``inlined`` (``cuda_body_functions=False``),
-  ``no_rules`` (``cuda_rules=False``: dlight's schedules only), ``one_per_veu``
+  ``rules`` (``cuda_rules=True``: the CUDA rules, off by default), ``one_per_veu``
   (``rtasks_per_veu=1``);
 - ``probed``: the default build of the model with the outputs of its joins and pools
   (Concat, Sum, Add, pooling, Gemm) added as graph outputs, compared one by one in graph
@@ -50,11 +50,11 @@ VARIANTS = {
     "fine": {"barrier": "fine"},
     "global": {"barrier": "global"},
     "inlined": {"cuda_body_functions": False},
-    "no_rules": {"cuda_rules": False},
+    "rules": {"cuda_rules": True},
     "one_per_veu": {"rtasks_per_veu": 1},
     "probed": {},
 }
-CUDA_ONLY = {"inlined", "no_rules"}
+CUDA_ONLY = {"inlined", "rules"}
 LLVM_ONLY = {"global"}  # llvm's parallel barrier: an OptionError on CUDA
 PROBED_OPS = ("Concat", "Sum", "Add", "AveragePool", "MaxPool", "GlobalAveragePool", "Gemm")
 
