@@ -14,7 +14,9 @@ Makes ``.gpu/`` (ignored by git):
              pure-Python wheels the GPU image lacks, ``setup.sh`` (``bench/gpu_setup.sh``)
              and ``prep.tar.xz``: the nvcc cache (cubin + ptxas report, sm_90) of every
              tvm-rtask CUDA build the window makes (``gpu_window.py --prepare``), so the
-             device compiles none of them, and its ``manifest.json`` (nvcc's version, the
+             device compiles none of them, the kernels' register counts (``registers/``:
+             the device skips the kernels' stand-alone TVM build for the register budget),
+             and its ``manifest.json`` (nvcc's version, the
              inputs' digests, what was built, the source hash);
 ``.gpu/pack.json``  sizes, seconds, what was prepared; printed at the end with the two calls.
 
@@ -109,13 +111,19 @@ def first_part_bytes(tree: int, margin: int = MIB) -> int:
 
 def compress_prep(prep: Path, dest: Path) -> None:
     """``prep/manifest.json`` and the entries of ``prep/nvcc/`` it lists (those this pack's
-    builds used; the cache keeps older ones for later packs) as ``dest`` (tar, xz preset 6)."""
+    builds used, compiled sources and kernels' register counts; the cache keeps older ones for
+    later packs) as ``dest`` (tar, xz preset 6)."""
+    from tvm_rtask.backend.cuda.compile_cache import REGISTERS_DIR
+
     manifest = json.loads((prep / "manifest.json").read_text())
     with lzma.open(dest, "wb", preset=6) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
         tar.add(prep / "manifest.json", arcname="manifest.json")
         for entry in manifest.get("nvcc_entries", []):
             for suffix in (".cubin", ".ptxas"):
                 tar.add(prep / "nvcc" / f"{entry}{suffix}", arcname=f"nvcc/{entry}{suffix}")
+        for entry in manifest.get("register_entries", []):
+            name = f"nvcc/{REGISTERS_DIR}/{entry}.json"
+            tar.add(prep / name, arcname=name)
 
 
 def main(argv: list[str] | None = None) -> int:

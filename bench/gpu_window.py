@@ -425,6 +425,12 @@ def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
     shutil.rmtree(prep / "harness-cache", ignore_errors=True)  # executables hold the weights
     entries = sorted(p.stem for p in nvcc_dir.glob("*.cubin") if p.stat().st_mtime >= used_since)
     manifest["nvcc_entries"] = entries
+    # the kernels' register counts (occupancy.source_kernel_registers), read or written here
+    manifest["register_entries"] = sorted(
+        p.stem
+        for p in (nvcc_dir / compile_cache.REGISTERS_DIR).glob("*.json")
+        if p.stat().st_mtime >= used_since
+    )
     manifest["nvcc_bytes"] = sum(
         (nvcc_dir / f"{e}{suffix}").stat().st_size
         for e in entries

@@ -244,8 +244,17 @@ def test_pack_carries_only_the_entries_its_builds_used(tmp_path):
     for key in ("used", "old"):
         (prep / "nvcc" / f"{key}.cubin").write_bytes(b"cubin")
         (prep / "nvcc" / f"{key}.ptxas").write_text("report")
-    (prep / "manifest.json").write_text(json.dumps({"nvcc_entries": ["used"]}))
+    (prep / "nvcc" / "registers").mkdir()
+    for key in ("kept", "stale"):
+        (prep / "nvcc" / "registers" / f"{key}.json").write_text('{"registers": 40}')
+    manifest = {"nvcc_entries": ["used"], "register_entries": ["kept"]}
+    (prep / "manifest.json").write_text(json.dumps(manifest))
     gpu_pack.compress_prep(prep, tmp_path / "prep.tar.xz")
     with tarfile.open(tmp_path / "prep.tar.xz") as tar:
         names = sorted(tar.getnames())
-    assert names == ["manifest.json", "nvcc/used.cubin", "nvcc/used.ptxas"]
+    assert names == [
+        "manifest.json",
+        "nvcc/registers/kept.json",
+        "nvcc/used.cubin",
+        "nvcc/used.ptxas",
+    ]

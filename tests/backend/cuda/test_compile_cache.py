@@ -79,3 +79,56 @@ def test_spilling_persistent_kernels_fail_the_build_by_name():
     with pytest.raises(SpillError, match=r"rprogram_1_kernel spills 1436 bytes.*\(256, 4\)"):
         check_spills(usage, 256, 4)
     check_spills({"rprogram_0_kernel": KernelUsage(64, 0, 0)}, 256, 4)
+
+
+def _scaled(factor: float):
+    """A one-block CUDA kernel ``b = a * factor`` (scheduled: one thread per element)."""
+    from tvm import s_tir, te
+
+    a = te.placeholder((256,), name="a")
+    b = te.compute((256,), lambda i: a[i] * factor, name="b")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]))
+    sch.bind(sch.get_loops(sch.get_sblock("b"))[0], "threadIdx.x")
+    return sch.mod["main"]
+
+
+@needs_nvcc
+def test_kernel_registers_are_built_once_and_kept_by_structure(cache, monkeypatch):
+    """``source_kernel_registers`` builds only the kernels the cache has not seen; the key is
+    the function's structure (its name apart), so a changed constant is a new entry."""
+    from tvm_rtask.backend.cuda import occupancy
+
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    builds = []
+    real_build = tvm.tirx.build
+
+    def counting_build(mod, *args, **kwargs):
+        builds.append(sorted(gv.name_hint for gv in mod.functions))
+        return real_build(mod, *args, **kwargs)
+
+    monkeypatch.setattr(tvm.tirx, "build", counting_build)
+    first = occupancy.source_kernel_registers({"k": _scaled(2.0)}, target)
+    assert first["k"] > 0 and builds == [["k"]]
+    renamed = occupancy.source_kernel_registers({"other_name": _scaled(2.0)}, target)
+    assert renamed == {"other_name": first["k"]} and len(builds) == 1  # from the cache
+    occupancy.source_kernel_registers({"k": _scaled(2.0), "m": _scaled(3.0)}, target)
+    assert builds[-1] == ["m"]  # only the new structure is built
+    assert len(list((cache / compile_cache.REGISTERS_DIR).glob("*.json"))) == 2
+
+
+def test_registers_key_follows_the_structure_and_the_compiler(monkeypatch):
+    monkeypatch.setenv(compile_cache.NVCC_VERSION_ENV, "Build cuda_13.0.test")
+    key = compile_cache.registers_key(_scaled(2.0), "sm_90", nvcc="nvcc")
+    assert key == compile_cache.registers_key(_scaled(2.0), "sm_90", nvcc="nvcc")
+    assert key != compile_cache.registers_key(_scaled(3.0), "sm_90", nvcc="nvcc")
+    assert key != compile_cache.registers_key(_scaled(2.0), "sm_80", nvcc="nvcc")
+    monkeypatch.setenv(compile_cache.NVCC_VERSION_ENV, "Build cuda_13.1.test")
+    assert key != compile_cache.registers_key(_scaled(2.0), "sm_90", nvcc="nvcc")
+
+
+def test_a_damaged_registers_entry_is_a_miss(cache):
+    compile_cache.write_registers("abc", 40)
+    assert compile_cache.read_registers("abc") == 40
+    (cache / compile_cache.REGISTERS_DIR / "abc.json").write_text("{not json")
+    assert compile_cache.read_registers("abc") is None
+    assert compile_cache.read_registers("missing") is None

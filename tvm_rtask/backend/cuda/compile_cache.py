@@ -18,12 +18,19 @@ the last line of ``nvcc --version`` (e.g. ``Build cuda_13.0.r13.0/compiler.36424
 device whose nvcc differs misses every entry unless ``$TVM_RTASK_CUDA_CACHE_NVCC`` names the
 version the cache was filled with (``bench/gpu_window.py`` sets it then: an sm_90 cubin runs on
 any driver that supports its CUDA version). :func:`stats` counts this process's hits and misses.
+
+Beside the sources, ``registers/`` keeps each scheduled kernel's registers per thread when
+TVM builds it alone (the persistent kernels' register budget, ``occupancy.
+source_kernel_registers``), keyed by TVM's and nvcc's versions, the flags and the kernel's
+structural hash: a kernel seen before is not built again for its count. The final build is
+still checked against ptxas' own report of the persistent kernels (``verify_occupancy``).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -35,7 +42,8 @@ from pathlib import Path
 CACHE_ENV = "TVM_RTASK_CUDA_CACHE"
 # nvcc version string keyed instead of the local nvcc's (a cache filled by another nvcc)
 NVCC_VERSION_ENV = "TVM_RTASK_CUDA_CACHE_NVCC"
-_STATS = {"hits": 0, "misses": 0, "compile_s": 0.0}
+_STATS = {"hits": 0, "misses": 0, "compile_s": 0.0, "register_hits": 0, "register_misses": 0}
+REGISTERS_DIR = "registers"  # kernels' register counts, beside the compiled sources
 # Sources holding this marker are tvm-rtask's (dispatch.SYNC_SOURCE defines it).
 RTASK_MARKER = "TVM_RTASK_SYNC_DEFINED"
 
@@ -190,6 +198,52 @@ def compile_source(source: str, arch: str, nvcc: str | None = None) -> Compiled:
     _STATS["compile_s"] += time.perf_counter() - started
     _write(base, compiled)
     return compiled
+
+
+def registers_key(func, arch: str, nvcc: str | None = None) -> str | None:
+    """The cache key of a scheduled PrimFunc's registers per thread when TVM builds it alone
+    for ``arch`` (:func:`occupancy.source_kernel_registers`): TVM's version, nvcc's version
+    and flags, and the function's structural hash (its name apart). None without nvcc."""
+    import tvm
+    import tvm_ffi
+
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        return None
+    flags = " ".join(tvm_nvcc_command(nvcc, arch, "in.cu", "out.cubin")[1:])
+    version = os.environ.get(NVCC_VERSION_ENV) or _nvcc_version(nvcc)
+    func_hash = tvm_ffi.structural_hash(func.without_attr("global_symbol"))
+    text = "\0".join([REGISTERS_DIR, tvm.__version__, version, flags, str(func_hash)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_registers(key: str) -> int | None:
+    """The registers cached under ``key`` (an entry read is marked used), or None."""
+    path = cache_dir() / REGISTERS_DIR / f"{key}.json"
+    try:
+        registers = int(json.loads(path.read_text())["registers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        _STATS["register_misses"] += 1
+        return None
+    _STATS["register_hits"] += 1
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+    return registers
+
+
+def write_registers(key: str, registers: int) -> None:
+    """Keep ``registers`` under ``key`` (written through a temporary name)."""
+    folder = cache_dir() / REGISTERS_DIR
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".json.tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"registers": int(registers)}, f)
+        os.replace(tmp, folder / f"{key}.json")
+    except OSError:
+        pass  # a read-only cache only costs the next compile
 
 
 def _current_arch() -> str | None:

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from ...core import DeviceSpec, blocks_per_sm
 from ...errors import CapacityError, SpillError
-from .compile_cache import compile_source, find_nvcc, tvm_nvcc_command
+from .compile_cache import (
+    compile_source,
+    find_nvcc,
+    read_registers,
+    registers_key,
+    tvm_nvcc_command,
+    write_registers,
+)
 
 __all__ = [
     "KernelUsage",
@@ -112,28 +119,43 @@ def source_kernel_registers(funcs: dict, target) -> dict[str, int] | None:
     (``{name: registers}``), or None without nvcc.
 
     The persistent kernel's register budget, and so its vEUs per SM, is taken from the
-    kernels it runs: one nvcc run over all of them, before the rProgram is built.
+    kernels it runs: one nvcc run over all of them, before the rProgram is built. Counts are
+    kept in the compile cache by the function's structure (``compile_cache.registers_key``):
+    a kernel seen before is not built again (the TVM build of every kernel alone was a
+    quarter of a CUDA compile whose nvcc runs all hit the cache).
     """
     import tvm
 
     if find_nvcc() is None or not funcs:
         return None
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in funcs.items()})
-    with target:
-        lib = tvm.tirx.build(mod, target=target)
-    source = next(m.inspect_source() for m in lib.imports if m.kind == "cuda")
-    usage = ptxas_usage(source, str(target.arch))
-    return {
-        name: max(
-            (
-                u.registers
-                for k, u in usage.items()
-                if k == f"{name}_kernel" or k.startswith(f"{name}_kernel_")
-            ),
-            default=0,
+    arch = str(target.arch)
+    keys = {name: registers_key(f, arch) for name, f in funcs.items()}
+    known = {}
+    for name, key in keys.items():
+        registers = read_registers(key) if key else None
+        if registers is not None:
+            known[name] = registers
+    missing = {name: f for name, f in funcs.items() if name not in known}
+    if missing:
+        mod = tvm.IRModule(
+            {name: f.with_attr("global_symbol", name) for name, f in missing.items()}
         )
-        for name in funcs
-    }
+        with target:
+            lib = tvm.tirx.build(mod, target=target)
+        source = next(m.inspect_source() for m in lib.imports if m.kind == "cuda")
+        usage = ptxas_usage(source, arch)
+        for name in missing:
+            known[name] = max(
+                (
+                    u.registers
+                    for k, u in usage.items()
+                    if k == f"{name}_kernel" or k.startswith(f"{name}_kernel_")
+                ),
+                default=0,
+            )
+            if keys[name]:
+                write_registers(keys[name], known[name])
+    return {name: known[name] for name in funcs}
 
 
 def check_co_residency(
