@@ -49,6 +49,34 @@ def test_an_arena_stays_below_int32_indices(monkeypatch):
     assert "d" not in arena_of(plan_arenas(_decls()))  # too big for any arena: a parameter
 
 
+def test_a_constant_arena_holds_each_member_at_its_offset_and_zeros_between():
+    rng = np.random.default_rng(0)
+    values = {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in _decls()}
+    for a in plan_arenas(_decls()):
+        got = arena.arena_tensor(a, values).numpy()
+        assert got.dtype == np.dtype(a.dtype) and got.shape == (a.size,)
+        covered = np.zeros(a.size, dtype=bool)
+        for t, off in a.members:
+            n = int(np.prod(t.shape))
+            np.testing.assert_array_equal(got[off : off + n], values[t.name].reshape(-1))
+            covered[off : off + n] = True
+        assert covered.any() and not got[~covered].any()  # alignment gaps are zeros
+
+
+def test_a_constant_is_read_without_a_copy_and_cannot_be_written():
+    import tvm
+    from tvm import relax
+
+    from tvm_rtask.relax_exprs import constant_array
+
+    const = relax.const(tvm.runtime.tensor(np.arange(6, dtype="float32")))
+    view = constant_array(const)
+    np.testing.assert_array_equal(view, np.arange(6, dtype="float32"))
+    with pytest.raises(ValueError):
+        view[0] = 1.0
+    assert const.value.numpy()[0] == 0.0
+
+
 @pytest.fixture(scope="module")
 def shared():
     return _plan_and_lower_target(SharedKernels)

@@ -29,6 +29,7 @@ from tvm.ir.expr import Constant
 from ..relax_exprs import (
     array_const,
     bound_value,
+    constant_array,
     ints,
     op_name,
     rewrite_functions,
@@ -161,7 +162,7 @@ class _Folder(relax.PyExprMutator):
         args = [bound_value(self, a) for a in call.args[: 1 if name in _MOVES else None]]
         if not args or not all(isinstance(a, Constant) for a in args):
             return call
-        values = [a.value.numpy() for a in args]
+        values = [constant_array(a) for a in args]
         if name in _ARITHMETIC:
             with np.errstate(all="ignore"):  # a NaN or inf is folded as TVM would compute it
                 out = _ARITHMETIC[name](*values)

@@ -16,6 +16,7 @@ from ..backend import ProgramIO, get_backend
 from ..core import OrdinaryCall, Plan, RProgram
 from ..errors import PlanError, remember_errors
 from ..options import RTaskOptions
+from ..relax_exprs import constant_array
 from ..tir.common import TensorDecl
 from .dataflow import replace_block, static_shape
 from .extract import ExtractedGraph, extract_graph
@@ -63,7 +64,7 @@ def _lower_program(
     io = ProgramIO(
         *([_decl(t, tensors[t]) for t in names] for names in (inputs, outputs, workspaces)),
         constant_values={
-            t: tensors[t].value.numpy() for t in inputs if isinstance(tensors[t], Constant)
+            t: constant_array(tensors[t]) for t in inputs if isinstance(tensors[t], Constant)
         },
     )
     lowered = backend.lower_program(program, plan, options, mod, io)

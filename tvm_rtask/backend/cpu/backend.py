@@ -6,14 +6,14 @@ import os
 from dataclasses import dataclass
 
 import tvm
+from tvm import relax
 from tvm.target import Target
 
 from ...core import RKernel, VDevice, cpu_spec
 from ...core.memory import shared_workspaces
 from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
-from ...relax_exprs import array_const
-from ..arena import arena_of, arena_values, plan_arenas
+from ..arena import arena_of, arena_tensor, plan_arenas
 from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
 from . import host
 from .concat_views import concat_views
@@ -296,7 +296,7 @@ class CPUBackend(Backend):
         func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us, subroutines=True)
         return LoweredProgram(
             func,
-            constants=[array_const(arena_values(a, io.constant_values)) for a in weight_arenas],
+            constants=[relax.const(arena_tensor(a, io.constant_values)) for a in weight_arenas],
             results=[t.name for t in io.outputs],
             call_inputs=[t.name for t in passed],
             callees=code.callees,

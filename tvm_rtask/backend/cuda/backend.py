@@ -13,8 +13,7 @@ from tvm.target import Target
 from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import CapacityError, OptionError, SpillError, UnsupportedOperator
-from ...relax_exprs import array_const
-from ..arena import arena_of, arena_values, plan_arenas
+from ..arena import arena_of, arena_tensor, plan_arenas
 from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
 from .body_function import (
     BODY_FUNCTIONS_ATTR,
@@ -422,7 +421,7 @@ class CUDABackend(Backend):
             )
         constants = [
             # the dtype given: relax.const turns an int64 array into int32 by default
-            *(array_const(arena_values(a, io.constant_values)) for a in weight_arenas),
+            *(relax.const(arena_tensor(a, io.constant_values)) for a in weight_arenas),
             relax.const(code.offset_table[0]),
             relax.const(table),
             relax.const(pairs),
