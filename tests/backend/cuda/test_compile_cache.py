@@ -118,12 +118,14 @@ def test_kernel_registers_are_built_once_and_kept_by_structure(cache, monkeypatc
 
 def test_registers_key_follows_the_structure_and_the_compiler(monkeypatch):
     monkeypatch.setenv(compile_cache.NVCC_VERSION_ENV, "Build cuda_13.0.test")
-    key = compile_cache.registers_key(_scaled(2.0), "sm_90", nvcc="nvcc")
-    assert key == compile_cache.registers_key(_scaled(2.0), "sm_90", nvcc="nvcc")
-    assert key != compile_cache.registers_key(_scaled(3.0), "sm_90", nvcc="nvcc")
-    assert key != compile_cache.registers_key(_scaled(2.0), "sm_80", nvcc="nvcc")
+
+    def key(factor=2.0, arch="sm_90"):
+        return compile_cache.registers_key(_scaled(factor), f"cuda -arch={arch}", arch, "nvcc")
+
+    first = key()
+    assert first == key() and first != key(factor=3.0) and first != key(arch="sm_80")
     monkeypatch.setenv(compile_cache.NVCC_VERSION_ENV, "Build cuda_13.1.test")
-    assert key != compile_cache.registers_key(_scaled(2.0), "sm_90", nvcc="nvcc")
+    assert first != key()
 
 
 def test_a_damaged_registers_entry_is_a_miss(cache):

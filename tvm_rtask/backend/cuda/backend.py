@@ -420,7 +420,7 @@ class CUDABackend(Backend):
                 }
             )
         constants = [
-            # the dtype given: relax.const turns an int64 array into int32 by default
+            # tensors: relax.const keeps their dtype (it narrows an int64 numpy array)
             *(relax.const(arena_tensor(a, io.constant_values)) for a in weight_arenas),
             relax.const(code.offset_table[0]),
             relax.const(table),

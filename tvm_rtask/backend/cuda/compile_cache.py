@@ -200,10 +200,11 @@ def compile_source(source: str, arch: str, nvcc: str | None = None) -> Compiled:
     return compiled
 
 
-def registers_key(func, arch: str, nvcc: str | None = None) -> str | None:
+def registers_key(func, target: str, arch: str, nvcc: str | None = None) -> str | None:
     """The cache key of a scheduled PrimFunc's registers per thread when TVM builds it alone
-    for ``arch`` (:func:`occupancy.source_kernel_registers`): TVM's version, nvcc's version
-    and flags, and the function's structural hash (its name apart). None without nvcc."""
+    for ``target`` (its text) and ``arch`` (:func:`occupancy.source_kernel_registers`): TVM's
+    version, nvcc's version and flags, and the function's structural hash (its name apart).
+    None without nvcc."""
     import tvm
     import tvm_ffi
 
@@ -213,7 +214,7 @@ def registers_key(func, arch: str, nvcc: str | None = None) -> str | None:
     flags = " ".join(tvm_nvcc_command(nvcc, arch, "in.cu", "out.cubin")[1:])
     version = os.environ.get(NVCC_VERSION_ENV) or _nvcc_version(nvcc)
     func_hash = tvm_ffi.structural_hash(func.without_attr("global_symbol"))
-    text = "\0".join([REGISTERS_DIR, tvm.__version__, version, flags, str(func_hash)])
+    text = "\0".join([REGISTERS_DIR, tvm.__version__, version, flags, target, str(func_hash)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -129,7 +129,7 @@ def source_kernel_registers(funcs: dict, target) -> dict[str, int] | None:
     if find_nvcc() is None or not funcs:
         return None
     arch = str(target.arch)
-    keys = {name: registers_key(f, arch) for name, f in funcs.items()}
+    keys = {name: registers_key(f, str(target), arch) for name, f in funcs.items()}
     known = {}
     for name, key in keys.items():
         registers = read_registers(key) if key else None
