@@ -22,7 +22,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 
-from ..relax_exprs import array_const, four_sided_padding
+from ..relax_exprs import array_const, constant_array, four_sided_padding
 from .dataflow import handle, main_dataflow, static_shape
 
 CONV2D = tvm.ir.Op.get("relax.nn.conv2d")
@@ -121,7 +121,7 @@ def _padded_weights(
     if all(isinstance(c.weight, Constant) for c in group):
         arrays = []
         for c in group:
-            w = c.weight.value.numpy()
+            w = constant_array(c.weight)
             ph, pw = (size[0] - c.kernel[0]) // 2, (size[1] - c.kernel[1]) // 2
             arrays.append(np.pad(w, ((0, 0), (0, 0), (ph, ph), (pw, pw))))
         return array_const(

@@ -33,6 +33,7 @@ from tvm import relax, s_tir, te
 from ...relax_exprs import (
     OUT_EWISE_FUSABLE,
     array_const,
+    constant_array,
     four_sided_padding,
     ints,
     op_name,
@@ -260,7 +261,7 @@ class _OperandsOfFullRank(relax.PyExprMutator):
                 continue
             full = (1,) * (other - len(shape)) + tuple(shape)
             if isinstance(arg, tvm.ir.expr.Constant):
-                args[i] = array_const(arg.value.numpy().reshape(full))
+                args[i] = array_const(constant_array(arg).reshape(full))
             else:
                 args[i] = relax.op.reshape(arg, full)
         if all(a.same_as(b) for a, b in zip(args, call.args, strict=True)):

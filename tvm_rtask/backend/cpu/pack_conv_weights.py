@@ -40,6 +40,7 @@ from tvm import relax, te, topi
 from ...relax_exprs import (
     OUT_EWISE_FUSABLE,
     bound_value,
+    constant_array,
     four_sided_padding,
     ints,
     nchw_conv,
@@ -243,7 +244,7 @@ class _Rewriter(relax.PyExprMutator):
         expr = bound_value(self, expr)
         if not isinstance(expr, tvm.ir.expr.Constant):
             return None
-        value = expr.value.numpy()
+        value = constant_array(expr)
         return value if value.ndim == 4 and value.dtype == np.float32 else None
 
     def _panel(self, weight_shape, x_shape, attrs, padding) -> int | None:

@@ -29,6 +29,7 @@ from tvm import relax, te
 from ...relax_exprs import (
     OUT_EWISE_FUSABLE,
     bound_value,
+    constant_array,
     op_name,
     rewrite_functions,
     static_shape_of,
@@ -86,7 +87,7 @@ class _Rewriter(relax.PyExprMutator):
             transpose, expr = True, self._bound(expr.args[0])
         if not isinstance(expr, tvm.ir.expr.Constant):
             return None
-        value = expr.value.numpy()
+        value = constant_array(expr)
         if value.ndim != 2 or value.dtype != np.float32:
             return None
         return value.T if transpose else value

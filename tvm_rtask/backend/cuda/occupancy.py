@@ -132,7 +132,7 @@ def source_kernel_registers(funcs: dict, target) -> dict[str, int] | None:
     keys = {name: registers_key(f, str(target), arch) for name, f in funcs.items()}
     known = {}
     for name, key in keys.items():
-        registers = read_registers(key) if key else None
+        registers = read_registers(key)
         if registers is not None:
             known[name] = registers
     missing = {name: f for name, f in funcs.items() if name not in known}
@@ -153,8 +153,7 @@ def source_kernel_registers(funcs: dict, target) -> dict[str, int] | None:
                 ),
                 default=0,
             )
-            if keys[name]:
-                write_registers(keys[name], known[name])
+            write_registers(keys[name], known[name])
     return {name: known[name] for name in funcs}
 
 
