@@ -222,7 +222,7 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
 
     import tvm_rtask
     from tvm_rtask.backend.cuda import compile_cache
-    from tvm_rtask.testing.onnx_light import onnxruntime_outputs
+    from tvm_rtask.testing.onnx_light import check_against_references, onnxruntime_outputs
 
     rec: dict = {"step": "numerics", "model": spec, "target": "cuda" if gpu else "llvm"}
     with _recorded(out, rec, nvcc_cache=True) as t0:
@@ -255,14 +255,15 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
         ex = builds["wavefront_counter"]()
         rec["rtask_compile_s"] = round(time.perf_counter() - t, 2)
         _, _, actual = _run(ex, inputs, dev)
-        rec["rel_err"] = max_relative_error(actual, reference)
         # ONNX Runtime on the CPU is the independent reference: TVM's own CUDA build was found
         # wrong (and varying from run to run) on light ShuffleNet (docs/gpu.md, third window)
         expected = onnxruntime_outputs(model, inputs)
-        rec["ort_rel_err"] = max_relative_error(actual, expected)
-        rec["tvm_ort_rel_err"] = max_relative_error(reference, expected)
-        rec["ok"] = rec["ort_rel_err"] < TOLERANCE and (
-            rec["rel_err"] < TOLERANCE or rec["tvm_ort_rel_err"] >= TOLERANCE
+        check = check_against_references(actual, expected, reference, TOLERANCE)
+        rec.update(
+            rel_err=check.rel_err,
+            ort_rel_err=check.ort_rel_err,
+            tvm_ort_rel_err=check.tvm_ort_rel_err,
+            ok=check.ok,
         )
         if gpu:
             graph_ex = builds["wavefront_cuda_graph"]()

@@ -17,9 +17,8 @@ from tvm_rtask import models as zoo
 from tvm_rtask.relax_passes import as_target
 from tvm_rtask.testing.onnx_light import (
     LIGHT_MODELS,
-    assert_outputs_match,
+    check_against_references,
     load_light_model,
-    max_relative_error,
     onnxruntime_outputs,
     random_inputs,
 )
@@ -39,15 +38,13 @@ def _matches_references(model, inputs, label, **options):
     mod = tvm_rtask.frontend.load(model)
     expected = onnxruntime_outputs(model, inputs)
     actual = run_executable(tvm_rtask.compile(mod, TARGET, **options), inputs, dev)
-    assert_outputs_match(actual, expected, label)
     tvm_default = run_executable(tvm.compile(mod, as_target(TARGET)), inputs, dev)
-    tvm_error = max_relative_error(tvm_default, expected)
-    if tvm_error < 1e-4:
-        assert_outputs_match(actual, tvm_default, label)
-    else:
+    check = check_against_references(actual, expected, tvm_default)
+    assert check.ok, (label, check)
+    if not check.tvm_agrees:
         warnings.warn(
             f"{label}: TVM's default CUDA build is off from ONNX Runtime (relative error "
-            f"{tvm_error:.3g}); tvm-rtask's build matches ONNX Runtime",
+            f"{check.tvm_ort_rel_err:.3g}); tvm-rtask's build matches ONNX Runtime",
             stacklevel=2,
         )
 
