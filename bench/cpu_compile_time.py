@@ -2,15 +2,17 @@
 
 Usage: python bench/cpu_compile_time.py [--size full|reduced] [--models resnet18 ...]
        [--light inception_v1 ...] [--modes tvm wavefront sequential] [--target llvm-native]
-       [--timeout 1800] [--out bench/results] [--tag NAME] [--ready]
+       [--timeout 1800] [--out bench/results] [--tag NAME] [--ready] [--build-jobs auto|N]
 
 Each (model, mode) compiles in a fresh subprocess (no cache, no import shared between
 modes): ``tvm.compile(mod, target)`` for ``tvm``, ``tvm_rtask.compile(mod, target,
-policy=...)`` otherwise. Reported per run: wall time of the compile call, process CPU time
-of the compile call (the steadier number on a shared machine; the one-time import of
+policy=...)`` otherwise. Reported per run: wall time of the compile call, CPU time of the
+compile call, the build processes tvm-rtask forks included (the steadier number on a shared
+machine; the one-time import of
 ``tvm_rtask.api`` that a first ``tvm_rtask.compile`` triggers is timed apart, as
 ``import_cpu_s``), and the wall time of each tvm-rtask stage from the progress log (prepare/fuse,
-plan, lower, build). The ratio to TVM is taken on CPU time. With ``--ready`` the child also
+plan, lower, build). Ratios to TVM on CPU time and on wall time (they differ where
+tvm-rtask builds in several processes, option ``cpu_build_jobs``). With ``--ready`` the child also
 times the first call of the compiled model (VM creation and the JIT's machine code, which
 neither compile call includes, plus one inference) and a second call; ``ready_s`` = compile
 wall + first call - second call is the time until the model is ready to run, compared with
@@ -38,9 +40,10 @@ MODES = ("tvm", "wavefront", "sequential")
 STAGE = re.compile(r"tvm_rtask INFO: (prepare/fuse|plan|lower|build) done in ([\d.]+) s")
 
 CHILD = r"""
-import json, resource, sys, time
-kind, name, size, mode, target, ready = sys.argv[1:7]
+import json, os, resource, sys, time
+kind, name, size, mode, target, ready, jobs = sys.argv[1:8]
 ready = ready == "1"
+options = {} if jobs == "auto" else {"cpu_build_jobs": int(jobs)}
 import tvm, tvm_rtask
 from tvm_rtask import frontend, progress
 from tvm_rtask.backend import as_target
@@ -58,12 +61,16 @@ target = as_target(target)
 imported = time.process_time()
 import tvm_rtask.api  # noqa: F401
 imported = time.process_time() - imported
-wall, cpu = time.perf_counter(), time.process_time()
+def cpu_s():
+    # this process and the build processes it forked and waited for
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+wall, cpu = time.perf_counter(), cpu_s()
 if mode == "tvm":
     ex = tvm.compile(mod, target=target)
 else:
-    ex = tvm_rtask.compile(mod, target, policy=mode)
-wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    ex = tvm_rtask.compile(mod, target, policy=mode, **options)
+wall, cpu = time.perf_counter() - wall, cpu_s() - cpu
 result = {"wall_s": wall, "cpu_s": cpu, "import_cpu_s": imported}
 if ready:
     # the JIT makes the machine code at the first call: the model is ready after it
@@ -82,13 +89,20 @@ print("RESULT " + json.dumps(result), flush=True)
 
 
 def run_one(
-    kind: str, name: str, size: str, mode: str, target: str, timeout: float, ready: bool
+    kind: str,
+    name: str,
+    size: str,
+    mode: str,
+    target: str,
+    timeout: float,
+    ready: bool,
+    jobs: str = "auto",
 ) -> dict:
     before = os.times()
     start = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, kind, name, size, mode, target, str(int(ready))],
+            [sys.executable, "-c", CHILD, kind, name, size, mode, target, str(int(ready)), jobs],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -123,6 +137,11 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     parser.add_argument("--tag", default="")
     parser.add_argument(
+        "--build-jobs",
+        default="auto",
+        help="tvm-rtask's cpu_build_jobs (processes that build the kernels; auto: the cores)",
+    )
+    parser.add_argument(
         "--ready",
         action="store_true",
         help="also time the first call (the JIT's machine code) and a second one",
@@ -138,8 +157,11 @@ def main() -> None:
     rows: list[dict] = []
     for kind, name in models:
         for mode in args.modes:
-            row = run_one(kind, name, args.size, mode, args.target, args.timeout, args.ready)
+            row = run_one(
+                kind, name, args.size, mode, args.target, args.timeout, args.ready, args.build_jobs
+            )
             row.update(model=name, kind=kind, size=args.size if kind == "real" else "light")
+            row["build_jobs"] = args.build_jobs if mode != "tvm" else None
             row["mode"] = mode
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -155,6 +177,7 @@ def write(args, rows: list[dict], load_before, load_after) -> None:
         base = next((r for r in rows if r["model"] == row["model"] and r["mode"] == "tvm"), None)
         if base and "cpu_s" in base and "cpu_s" in row:
             row["ratio_cpu_to_tvm"] = row["cpu_s"] / base["cpu_s"]
+            row["ratio_wall_to_tvm"] = row["wall_s"] / base["wall_s"]
         if base and "ready_s" in base and "ready_s" in row:
             row["ratio_ready_to_tvm"] = row["ready_s"] / base["ready_s"]
 
@@ -178,25 +201,28 @@ def write(args, rows: list[dict], load_before, load_after) -> None:
         f"{os.cpu_count()} cores; load average before {load_before[0]:.1f} / "
         f"{load_before[1]:.1f} / {load_before[2]:.1f}, after {load_after[0]:.1f} / "
         f"{load_after[1]:.1f} / {load_after[2]:.1f} (1/5/15 min). CPU s of the compile call "
-        "in a fresh process (the first import of tvm_rtask.api apart, last column); stages "
-        "are wall s from the progress log.",
+        "in a fresh process, with the build processes it forks (the first import of "
+        f"tvm_rtask.api apart, last column); tvm-rtask's cpu_build_jobs: {args.build_jobs}; "
+        "stages are wall s from the progress log; ready s: the compile's wall time plus "
+        "the first call's (VM creation, the JIT's machine code), one inference subtracted.",
         "",
-        "| model | mode | CPU s | wall s | x TVM (CPU) | prepare | plan | lower | build "
-        "| import CPU s | ready s (x TVM) | one call s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | mode | CPU s | wall s | x TVM (CPU) | x TVM (wall) | prepare | plan "
+        "| lower | build | import CPU s | ready s (x TVM) | one call s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['mode']} | error: {r['error']} |" + " |" * 9)
+            lines.append(f"| {r['model']} | {r['mode']} | error: {r['error']} |" + " |" * 10)
             continue
         st = r["stages"]
-        ratio = r.get("ratio_cpu_to_tvm")
+        ratio, wall_ratio = r.get("ratio_cpu_to_tvm"), r.get("ratio_wall_to_tvm")
         cells = [
             r["model"],
             r["mode"],
             f"{r['cpu_s']:.1f}",
             f"{r['wall_s']:.1f}",
             f"{ratio:.1f}" if ratio is not None else "-",
+            f"{wall_ratio:.1f}" if wall_ratio is not None else "-",
             *(
                 f"{st[s]:.1f}" if s in st else "-"
                 for s in ("prepare/fuse", "plan", "lower", "build")

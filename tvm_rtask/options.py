@@ -51,6 +51,8 @@ class RTaskOptions:
     spills: str | None = None
     cooperative_launch: bool | None = None  # CUDA: the driver refuses a non-co-resident grid
     cpu_rules: bool | None = None  # llvm: tvm-rtask's schedule rules (convolution); default on
+    # llvm: processes that build the kernels at once (None: the usable cores, at most 8)
+    cpu_build_jobs: int | None = None
     # llvm: "nchwc" runs convolutions in channel blocks of the vector width, the layout
     # carried between them (backend/cpu/blocked_channels.py); "nchw" keeps the model's
     cpu_layout: str | None = None
@@ -95,7 +97,7 @@ class RTaskOptions:
             raise OptionError(f"cpu_layout must be one of {CPU_LAYOUTS}, not {self.cpu_layout!r}")
         if self.fusion not in FUSIONS:
             raise OptionError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
-        for key in ("num_veu", "rtasks_per_veu"):
+        for key in ("num_veu", "rtasks_per_veu", "cpu_build_jobs"):
             value = getattr(self, key)
             if value is not None and (not _is_int(value) or value < 1):
                 raise OptionError(f"{key} must be a positive integer, not {value!r}")

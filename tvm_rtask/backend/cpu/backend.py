@@ -155,7 +155,7 @@ class CPUBackend(Backend):
     label = "llvm"
     target_kinds = ("llvm", "c")
     rkernels_run_standalone = True
-    OPTIONS = ("cpu_rules", "cpu_layout")
+    OPTIONS = ("cpu_rules", "cpu_layout", "cpu_build_jobs")
 
     def device(self):
         return tvm.cpu(0)
@@ -304,7 +304,7 @@ class CPUBackend(Backend):
 
     def build(self, lowered, plan, options):
         from ... import native
-        from . import threads
+        from . import parallel_build, threads
 
         # the dispatcher calls the native step-array primitives: their library must be
         # loaded (RTLD_GLOBAL) before LLVM links the module, or the first call crashes
@@ -312,4 +312,10 @@ class CPUBackend(Backend):
 
         if threads.num_threads() < plan.vdevice.num_veu:
             threads.set_num_threads(plan.vdevice.num_veu)
-        return tvm.compile(lowered, target=self.target, tir_pipeline=cpu_pipeline())
+
+        def build_main(mod):
+            return tvm.compile(mod, target=self.target, tir_pipeline=cpu_pipeline())
+
+        jobs = parallel_build.build_jobs(options.cpu_build_jobs)
+        built = parallel_build.build_with_side_objects(build_main, lowered, self.target, jobs)
+        return built if built is not None else build_main(lowered)

@@ -52,6 +52,9 @@ BODY_ATTR = "tvm_rtask.cpu_body"  # marks a body function (build_cpu_dispatcher,
 # body called more often than this
 OUTLINED_ATTR = "tvm_rtask.cpu_body_outlined"
 MAX_INLINED_CALLS = 4
+# a body built in a module of its own (parallel_build.py): a public C function its callers
+# call by name, so it keeps its global symbol
+PUBLIC_BODY_ATTR = "tvm_rtask.cpu_body_public"
 CPU_PIPELINE = "tvm_rtask.cpu"
 TIMEOUT_MESSAGE = (
     "tvm_rtask: a step-array barrier timed out in a persistent CPU kernel (details on stderr). "
@@ -203,6 +206,8 @@ def private_body_functions(func, _mod, _ctx):
     ``MakePackedAPI`` would make them packed entry points their callers cannot call."""
     if func.attrs is None or BODY_ATTR not in func.attrs or "global_symbol" not in func.attrs:
         return func
+    if PUBLIC_BODY_ATTR in func.attrs:
+        return func
     return func.without_attr("global_symbol")
 
 
@@ -223,7 +228,7 @@ def body_function_device(mod, _ctx):
     range it runs faster (DenseNet-121's batch norms, one operator each: the model 3.5%
     faster), while one that many runs call (ViT-B/16's twelve layers) would be copied into
     each (its compile took twice as long)."""
-    calls = _call_counts(mod)
+    calls = call_counts(mod)
     updates = {}
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc) or func.attrs is None or BODY_ATTR not in func.attrs:
@@ -242,7 +247,7 @@ def body_function_device(mod, _ctx):
     return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def _call_counts(mod: tvm.IRModule) -> dict[str, int]:
+def call_counts(mod: tvm.IRModule) -> dict[str, int]:
     """How many calls of each function the module's PrimFuncs make, by name."""
     counts: dict[str, int] = {}
 

@@ -1,0 +1,223 @@
+"""The outlined bodies built in forked processes (backend/cpu/parallel_build.py).
+
+A small module is below the size worth a process, so the tests lower the threshold and ask
+for two processes; every case checks the outputs against the serial build of the same
+lowered module (bitwise: the kernels' code must not change) and against numpy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, tirx
+from tvm.script import relax as R
+
+import tvm_rtask
+from tvm_rtask.api import lower
+from tvm_rtask.backend.cpu import parallel_build
+from tvm_rtask.errors import OptionError
+from tvm_rtask.runtime import export_library
+
+
+@tvm.script.ir_module
+class Chain:
+    """Three distinct scheduled kernels, each split among both vEUs."""
+
+    @R.function
+    def main(
+        x: R.Tensor((64, 64), "float32"),
+        w1: R.Tensor((64, 64), "float32"),
+        w2: R.Tensor((64, 64), "float32"),
+    ):
+        with R.dataflow():
+            a = R.matmul(x, w1)
+            b = R.nn.relu(a)
+            c = R.matmul(b, w2)
+            d = R.add(c, x)
+            e = R.matmul(d, w1)
+            R.output(e)
+        return e
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((64, 64)).astype("float32") for _ in range(3)]
+
+
+def _expected(x, w1, w2):
+    return ((np.maximum(x @ w1, 0) @ w2) + x) @ w1
+
+
+def _run(ex, args):
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
+
+
+@pytest.fixture
+def small_groups(monkeypatch):
+    monkeypatch.setattr(parallel_build, "MIN_GROUP_SIZE", 1)
+
+
+@pytest.fixture(scope="module")
+def lowered():
+    return lower(Chain, "llvm", num_veu=2)
+
+
+def _build(lowered, jobs: int):
+    from tvm_rtask.core import Plan
+    from tvm_rtask.options import RTaskOptions
+    from tvm_rtask.relax_passes import PLAN_ATTR
+
+    plan = Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True)
+    options = RTaskOptions.from_dict({**plan.options, "cpu_build_jobs": jobs})
+    backend = tvm_rtask.backend.get_backend(tvm_rtask.backend.as_target("llvm"))
+    return backend.build(lowered, plan, options)
+
+
+def test_bodies_built_apart_compute_what_the_serial_build_computes(lowered, small_groups):
+    args = _inputs()
+    serial = _build(lowered, 1)
+    assert not isinstance(serial, parallel_build.SideObjectsExecutable)
+    apart = _build(lowered, 2)
+    assert isinstance(apart, parallel_build.SideObjectsExecutable)
+    assert apart.side_objects
+    out = _run(apart, args)
+    assert np.abs(out).max() > 10.0  # activations alive: a missing rTask would show
+    np.testing.assert_array_equal(out, _run(serial, args))
+    np.testing.assert_allclose(out, _expected(*args), rtol=1e-4, atol=1e-3)
+
+
+def test_moved_bodies_are_called_by_name_and_keep_no_copy_here(lowered, small_groups):
+    apart = _build(lowered, 2)
+    ll = apart.mod.imports[0].inspect_source("ll")
+    assert "tvm_rtask_body_" in ll
+    # the moved bodies are declared (called), not defined, in this process's module
+    assert not [line for line in ll.splitlines() if line.startswith("define") and "_body_" in line]
+
+
+def test_the_exported_library_runs_in_a_process_without_tvm_rtask(lowered, small_groups, tmp_path):
+    args = _inputs()
+    apart = _build(lowered, 2)
+    path = export_library(apart, tmp_path / "chain.so")
+    np.save(tmp_path / "args.npy", np.stack(args))
+    code = textwrap.dedent(
+        f"""
+        import numpy as np, sys, tvm
+        from tvm import relax
+        args = np.load({str(tmp_path / "args.npy")!r})
+        vm = relax.VirtualMachine(tvm.runtime.load_module({path!r}), tvm.cpu())
+        out = vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
+        np.save({str(tmp_path / "out.npy")!r}, out)
+        assert "tvm_rtask" not in sys.modules
+        """
+    )
+    env = {**os.environ, "TVM_NUM_THREADS": "2"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), _run(apart, args))
+
+
+def _in_child(parent: int) -> bool:
+    return os.getpid() != parent
+
+
+def test_a_failed_build_process_leaves_its_group_to_this_one(
+    lowered, small_groups, monkeypatch, caplog
+):
+    parent, work = os.getpid(), parallel_build._work
+
+    def dies_after_taking_a_group(queue, sides, target, paths):
+        if _in_child(parent):
+            parallel_build._take(queue)
+            os._exit(3)
+        work(queue, sides, target, paths)
+
+    monkeypatch.setattr(parallel_build, "_work", dies_after_taking_a_group)
+    args = _inputs()
+    with caplog.at_level(logging.WARNING, logger="tvm_rtask"):
+        apart = _build(lowered, 2)
+    assert "a build process failed" in caplog.text
+    np.testing.assert_allclose(_run(apart, args), _expected(*args), rtol=1e-4, atol=1e-3)
+
+
+def test_a_stuck_build_process_is_killed_at_its_deadline(lowered, small_groups, monkeypatch):
+    parent, work = os.getpid(), parallel_build._work
+
+    def hangs_after_taking_a_group(queue, sides, target, paths):
+        if _in_child(parent):
+            parallel_build._take(queue)
+            time.sleep(3600)
+        work(queue, sides, target, paths)
+
+    monkeypatch.setattr(parallel_build, "_work", hangs_after_taking_a_group)
+    monkeypatch.setattr(parallel_build, "DEADLINE_FLOOR_S", 0.5)
+    monkeypatch.setattr(parallel_build, "DEADLINE_FACTOR", 0.0)
+    args = _inputs()
+    start = time.monotonic()
+    apart = _build(lowered, 2)
+    assert time.monotonic() - start < 120
+    np.testing.assert_allclose(_run(apart, args), _expected(*args), rtol=1e-4, atol=1e-3)
+
+
+def test_a_small_module_is_built_in_one_process(lowered):
+    assert not isinstance(_build(lowered, 2), parallel_build.SideObjectsExecutable)
+
+
+def test_the_default_uses_the_cores_this_process_may_run_on():
+    cores = len(os.sched_getaffinity(0))
+    assert parallel_build.build_jobs(None) == max(1, min(cores, parallel_build.MAX_JOBS))
+    assert parallel_build.build_jobs(3) == 3
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5, "2"])
+def test_bad_job_counts_are_refused(jobs):
+    with pytest.raises(OptionError, match="cpu_build_jobs"):
+        tvm_rtask.plan(Chain, "llvm", cpu_build_jobs=jobs)
+
+
+def test_groups_cover_every_body_once_heaviest_first():
+    sizes = {f"b{i}": s for i, s in enumerate([90, 10, 40, 40, 30, 20, 5, 5])}
+    groups = parallel_build._partition(sizes, 3)
+    names = [n for g in groups for n in g]
+    assert sorted(names) == sorted(sizes)
+    loads = [sum(sizes[n] for n in g) for g in groups]
+    assert loads == sorted(loads, reverse=True)
+    assert max(loads) - min(loads) <= max(sizes.values())
+    assert parallel_build._partition({"a": 1}, 4) == [["a"]]
+
+
+def test_unrolled_loops_count_once_per_copy():
+    i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
+    buf = tirx.decl_buffer((8, 4), "float32", "a")
+    store = tirx.BufferStore(buf, tirx.FloatImm("float32", 1.0), [i, j])
+    inner = tirx.For(j, 0, 4, tirx.ForKind.UNROLLED, store)
+    assert parallel_build.unrolled_size(tirx.For(i, 0, 8, tirx.ForKind.SERIAL, inner)) == 4
+    assert parallel_build.unrolled_size(tirx.For(i, 0, 8, tirx.ForKind.UNROLLED, inner)) == 32
+    vector = tirx.For(j, 0, 4, tirx.ForKind.VECTORIZED, store)
+    assert parallel_build.unrolled_size(tirx.For(i, 0, 8, tirx.ForKind.UNROLLED, vector)) == 8
+
+
+def test_arguments_every_call_gives_become_constants_or_ranges(lowered):
+    names = set(parallel_build._movable(lowered))
+    ranges = parallel_build._argument_ranges(lowered, names)
+    assert ranges and set(ranges) <= names
+    for name, found in ranges.items():
+        func = lowered[name]
+        count = len(func.params)
+        # the rTask range (start, step, count) is passed as constants by every run
+        assert set(found) >= {count - 3, count - 2, count - 1}
+        special = parallel_build._specialise(func, found)
+        text = special.script()
+        for i, (low, high) in found.items():
+            name_of = func.params[i].name
+            if low == high:
+                assert name_of not in text.split("):", 1)[1]  # used nowhere in the body
+            else:
+                assert f"T.min({name_of}, {high})" in text

@@ -1,0 +1,340 @@
+"""Build the outlined body functions of an llvm module in forked processes.
+
+TVM builds an IRModule as one LLVM module in one thread, and the TIR passes and LLVM over the
+rules' unrolled register tiles are most of a compile (docs/compile-time-notes.md). Two threads
+of one process gain little (each ran 45% slower than alone: ResNet-18's build 3.3 s alone,
+4.8 s each in two threads), while two processes run at full speed. So the bodies compiled out
+of line anyway (``dispatch.OUTLINED_ATTR``, or called by more than ``MAX_INLINED_CALLS``
+runs) are cut into groups that forked children (which inherit the module: nothing is
+serialised) build into object files, taking them from a queue, while this process builds the
+rest (the persistent functions, the bodies LLVM may inline into them) and then joins in.
+
+A moved body becomes a public C function named after its code and target (two models in one
+process never bind one name to different code), called by that name, with the constant
+arguments every call passes (a run's rTask step and count) put into it, as LLVM does for an
+internal function: the kernels' code does not change. The objects are linked into one
+library loaded into the process's global scope, where the JIT of the executable's module
+finds them; :class:`SideObjectsExecutable` links them into what ``export_library`` writes.
+
+A group a child did not finish (it failed, or outlived its deadline and was killed) is built
+here: the fork is an optimisation, never a new way to fail.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import signal
+import tempfile
+import time
+import warnings
+
+import tvm
+import tvm_ffi
+from tvm import ir, s_tir, tirx
+from tvm.relax import VMExecutable
+from tvm.support import cc
+from tvm.tirx import IntImm
+
+from ...tir.common import substitute_vars
+from .dispatch import (
+    BODY_ATTR,
+    MAX_INLINED_CALLS,
+    OUTLINED_ATTR,
+    PUBLIC_BODY_ATTR,
+    call_counts,
+    cpu_pipeline,
+)
+
+__all__ = ["SideObjectsExecutable", "build_jobs", "build_with_side_objects", "unrolled_size"]
+
+MAX_JOBS = 8
+# bodies smaller than this in all (statements after unrolling, :func:`unrolled_size`) are
+# not worth a process: ResNet-18's 21 outlined bodies sum to about 1.7 K
+MIN_GROUP_SIZE = 200
+# groups per process: the bodies' build times vary 5x at one size (ResNet-18: 0.13-0.64 s at
+# about 91 statements), so the processes take small groups from a queue as they finish
+GROUPS_PER_JOB = 4
+# after this process's own build, how long children may still take (multiple of its time,
+# at least the floor): a child stuck after the fork is killed, not waited for
+DEADLINE_FACTOR = 4.0
+DEADLINE_FLOOR_S = 60.0
+
+_log = logging.getLogger("tvm_rtask")
+
+
+def build_jobs(requested: int | None) -> int:
+    """The processes a build uses: ``requested``, else the cores this process may run on
+    (at most :data:`MAX_JOBS`)."""
+    if requested is not None:
+        return requested
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_JOBS))
+
+
+def unrolled_size(stmt: tirx.Stmt) -> int:
+    """Statements of ``stmt`` once its unrolled loops are unrolled: what the TIR passes and
+    LLVM work through (a vectorised loop is one statement). Walks statements only."""
+    if isinstance(stmt, tirx.For):
+        inner = unrolled_size(stmt.body)
+        if stmt.kind == tirx.ForKind.UNROLLED and isinstance(stmt.extent, IntImm):
+            return inner * max(int(stmt.extent.value), 1)
+        return inner
+    if isinstance(stmt, tirx.SeqStmt):
+        return sum(unrolled_size(s) for s in stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        rest = unrolled_size(stmt.else_case) if stmt.else_case is not None else 0
+        return 1 + unrolled_size(stmt.then_case) + rest
+    if isinstance(stmt, s_tir.SBlockRealize):
+        return unrolled_size(stmt.block)
+    if isinstance(stmt, s_tir.SBlock):
+        init = unrolled_size(stmt.init) if stmt.init is not None else 0
+        return init + unrolled_size(stmt.body)
+    body = getattr(stmt, "body", None)
+    if isinstance(body, tirx.Stmt):
+        return 1 + unrolled_size(body)
+    return 1
+
+
+def _symbol(func: tirx.PrimFunc, target: tvm.target.Target) -> str:
+    """A name that only this body's code for this target has."""
+    key = f"{tvm_ffi.structural_hash(func)}|{target}".encode()
+    return f"tvm_rtask_body_{hashlib.sha256(key).hexdigest()[:24]}"
+
+
+def _partition(sizes: dict[str, int], count: int) -> list[list[str]]:
+    """``count`` groups of about equal size: longest first, each to the lightest group;
+    the heaviest group first."""
+    groups: list[list[str]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+        i = min(range(count), key=lambda g: (loads[g], g))
+        groups[i].append(name)
+        loads[i] += sizes[name]
+    order = sorted(range(count), key=lambda g: -loads[g])
+    return [groups[g] for g in order if groups[g]]
+
+
+def _movable(mod: tvm.IRModule) -> dict[str, tirx.PrimFunc]:
+    """The bodies compiled out of line wherever they are: moving them changes no code."""
+    calls = call_counts(mod)
+    found = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None:
+            continue
+        if BODY_ATTR not in func.attrs:
+            continue
+        if OUTLINED_ATTR in func.attrs or calls.get(gvar.name_hint, 0) > MAX_INLINED_CALLS:
+            found[gvar.name_hint] = func
+    return found
+
+
+def _argument_ranges(mod: tvm.IRModule, names: set[str]) -> dict[str, dict[int, tuple]]:
+    """Per body of ``names``: for each integer argument that every call passes as a constant
+    (a run's first rTask, step and count), the least and the greatest of them."""
+    seen: dict[str, list] = {}
+
+    def visit(call):
+        if isinstance(call.op, ir.GlobalVar) and call.op.name_hint in names:
+            seen.setdefault(call.op.name_hint, []).append(list(call.args))
+
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            tvm_ffi.structural_walk(func.body, (ir.Call, visit))
+    ranges = {}
+    for name, calls in seen.items():
+        found = {}
+        for i in range(len(calls[0])):
+            if all(isinstance(c[i], IntImm) for c in calls):
+                values = [int(c[i].value) for c in calls]
+                found[i] = (min(values), max(values))
+        ranges[name] = found
+    return ranges
+
+
+def _specialise(func: tirx.PrimFunc, ranges: dict[int, tuple]) -> tirx.PrimFunc:
+    """``func`` knowing what its calls pass: a parameter every call gives the same constant
+    becomes that constant, and one given several is clamped to their range (an identity on
+    every call). LLVM infers both for an internal function from its call sites, and the
+    index arithmetic of the rTask loops folds with them; a body in another module loses that
+    (SqueezeNet ran 24% slower)."""
+    mapping = {}
+    for i, (low, high) in ranges.items():
+        param = func.params[i]
+        dtype = str(param.ty.dtype)
+        if low == high:
+            mapping[param] = IntImm(dtype, low)
+        else:
+            mapping[param] = tirx.Max(tirx.Min(param, IntImm(dtype, high)), IntImm(dtype, low))
+    if not mapping:
+        return func
+    return func.with_body(substitute_vars(func.body, mapping))
+
+
+def _split(
+    mod: tvm.IRModule, groups: list[list[str]], target: tvm.target.Target
+) -> tuple[tvm.IRModule, list[tuple[tvm.IRModule, list[str]]]]:
+    """This process's module, without the bodies of ``groups`` (their callers call them by
+    symbol), and per group its module and the symbols it defines."""
+    moved = {name for group in groups for name in group}
+    symbols = {name: _symbol(mod[name], target) for name in moved}
+
+    def by_symbol(call):
+        if isinstance(call.op, ir.GlobalVar) and call.op.name_hint in symbols:
+            return tirx.call_extern("int32", symbols[call.op.name_hint], *call.args)
+        return call
+
+    main = {}
+    for gvar, func in mod.functions.items():
+        if gvar.name_hint in moved:
+            continue
+        if isinstance(func, tirx.PrimFunc):
+            func = func.with_body(tvm_ffi.structural_map(func.body, (ir.Call, by_symbol)))
+        main[gvar] = func
+    ranges = _argument_ranges(mod, moved)
+    sides = []
+    for group in groups:
+        funcs = {}
+        for name in group:
+            func = _specialise(mod[name], ranges.get(name, {}))
+            attrs = {
+                "global_symbol": symbols[name],
+                "calling_conv": 1,  # a C function already: MakePackedAPI leaves it as it is
+                PUBLIC_BODY_ATTR: True,
+                OUTLINED_ATTR: True,  # as in the whole module: out of line, own scope
+            }
+            funcs[ir.GlobalVar(symbols[name])] = func.with_attrs(attrs)
+        sides.append((tvm.IRModule(funcs, attrs=mod.attrs), [symbols[n] for n in group]))
+    return tvm.IRModule(main, attrs=mod.attrs, global_infos=mod.global_infos), sides
+
+
+def _build_object(mod: tvm.IRModule, target: tvm.target.Target, path: str) -> None:
+    """``mod`` built into the object file ``path``, which appears whole or not at all."""
+    lib = tvm.tirx.build(mod, target=target, pipeline=cpu_pipeline())
+    lib.write_to_file(path + ".part.o")
+    os.replace(path + ".part.o", path)
+
+
+def _take(queue: int) -> int | None:
+    """The next group from the queue (a pipe of 2-byte indices; a read of 2 bytes is
+    atomic, so no two processes take one group), ``None`` when it is empty."""
+    data = os.read(queue, 2)
+    return int.from_bytes(data, "little") if len(data) == 2 else None
+
+
+def _work(queue: int, sides, target: tvm.target.Target, paths: list[str]) -> None:
+    while (index := _take(queue)) is not None:
+        _build_object(sides[index][0], target, paths[index])
+
+
+def _fork_worker(queue: int, sides, target: tvm.target.Target, paths: list[str]) -> int:
+    """A child that builds groups from ``queue`` until it is empty, then exits; its pid."""
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that a fork of a threaded process may deadlock in the child:
+        # the child only builds, and a stuck child is killed at its deadline
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: build, and leave without running the parent's exit handlers
+        code = 1
+        try:
+            _work(queue, sides, target, paths)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _reap(pid: int, deadline: float) -> None:
+    """Wait for the child ``pid`` until ``deadline``, then kill it."""
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return
+        time.sleep(0.005)
+
+
+def build_with_side_objects(build_main, mod: tvm.IRModule, target: tvm.target.Target, jobs: int):
+    """``build_main(module)`` (the Relax build of this process) while up to ``jobs - 1``
+    forked processes build the outlined bodies of ``mod``, in groups taken from a queue that
+    this process joins once its own build is done; ``None`` when there is too little to
+    share (the caller builds ``mod`` as it is)."""
+    if jobs < 2 or not hasattr(os, "fork"):
+        return None
+    movable = _movable(mod)
+    sizes = {name: unrolled_size(func.body) for name, func in movable.items()}
+    total = sum(sizes.values())
+    jobs = min(jobs, total // MIN_GROUP_SIZE, len(movable))
+    if jobs < 2:
+        return None
+    groups = _partition(sizes, min(len(movable), GROUPS_PER_JOB * jobs))
+    main, sides = _split(mod, groups, target)
+    with tempfile.TemporaryDirectory(prefix="tvm_rtask_build_") as tmp:
+        paths = [os.path.join(tmp, f"bodies_{i}.o") for i in range(len(sides))]
+        queue, feed = os.pipe()
+        try:
+            os.write(feed, b"".join(i.to_bytes(2, "little") for i in range(len(sides))))
+            os.close(feed)
+            pids = [_fork_worker(queue, sides, target, paths) for _ in range(jobs - 1)]
+            start = time.monotonic()
+            try:
+                executable = build_main(main)
+                _work(queue, sides, target, paths)
+            except BaseException:
+                deadline = time.monotonic()  # nothing to wait for: the build failed
+                raise
+            else:
+                waited = max(DEADLINE_FLOOR_S, DEADLINE_FACTOR * (time.monotonic() - start))
+                deadline = time.monotonic() + waited
+            finally:
+                for pid in pids:
+                    _reap(pid, deadline)
+        finally:
+            os.close(queue)
+        for (side, names), path in zip(sides, paths, strict=True):
+            if not os.path.exists(path):
+                _log.warning("a build process failed; building its %d bodies here", len(names))
+                _build_object(side, target, path)
+        return _with_side_library(executable, paths, tmp)
+
+
+def _with_side_library(executable, paths: list[str], tmp: str):
+    """The executable, with the objects linked into one library that this process loads
+    into its global scope, where the JIT of the executable's own module finds the bodies."""
+    from ...runtime.export import link_options
+
+    library = os.path.join(tmp, "bodies.so")
+    cc.create_shared(library, paths, options=link_options())
+    # TVM's loader fills the library's context (its workspace allocator): load it first,
+    # then make its symbols global (the same handle; it stays loaded for the process)
+    module = tvm.runtime.load_module(library)
+    ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+    objects = []
+    for path in paths:
+        with open(path, "rb") as f:
+            objects.append(f.read())
+    return SideObjectsExecutable(executable.mod, module, objects)
+
+
+class SideObjectsExecutable(VMExecutable):
+    """A Relax executable whose outlined bodies were built beside its module: it runs as
+    any other (their library is loaded), and ``export_library`` links their objects in."""
+
+    def __init__(self, mod, side_library, side_objects: list[bytes]):
+        super().__init__(mod)
+        self.side_library = side_library
+        self.side_objects = side_objects
+
+    def export_library(self, file_name, *, addons=None, **kwargs):
+        with tempfile.TemporaryDirectory(prefix="tvm_rtask_export_") as tmp:
+            paths = []
+            for i, data in enumerate(self.side_objects):
+                paths.append(os.path.join(tmp, f"bodies_{i}.o"))
+                with open(paths[-1], "wb") as f:
+                    f.write(data)
+            return super().export_library(file_name, addons=[*(addons or []), *paths], **kwargs)
