@@ -116,3 +116,47 @@ def test_only_scheduled_or_often_called_bodies_are_outlined():
     x, w = (rng.standard_normal((64, 64)).astype("float32") for _ in range(2))
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](*map(tvm.runtime.tensor, (x, w))).numpy()
     np.testing.assert_allclose(out, (np.sin(x) * x) @ w, rtol=1e-4, atol=1e-3)
+
+
+def _ll(ex) -> str:
+    return ex.mod.imports[0].inspect_source("ll")
+
+
+def test_the_build_leaves_out_what_llvm_does_again():
+    # TIR's CommonSubexprElim names what it binds cse_v*: none are left in the IR
+    ex = tvm_rtask.compile(Twice, "llvm", num_veu=2, cpu_build_jobs=1)
+    assert "cse_v" not in _ll(ex)
+    assert set(dispatch.SKIPPED_PASSES) == {"tirx.RemoveNoOp", "s_tir.HoistIfThenElse"}
+
+
+def test_the_lowering_keeps_the_callers_pass_options():
+    seen = {}
+
+    @tvm.transform.module_pass(opt_level=0, name="Probe")
+    def probe(mod, _ctx):
+        ctx = tvm.transform.PassContext.current()
+        seen.update(
+            opt_level=ctx.opt_level,
+            disabled=set(ctx.disabled_pass),
+            config={str(k): v for k, v in ctx.config.items()},
+        )
+        return mod
+
+    config = {"tirx.instrument_bound_checkers": True}
+    outer = tvm.transform.PassContext(
+        opt_level=2, disabled_pass=["tirx.LoopPartition"], config=config
+    )
+    with outer:
+        dispatch._lower_for_llvm(probe)(tvm.IRModule({}))
+    assert seen["opt_level"] == 2
+    assert seen["disabled"] == {"tirx.LoopPartition", *dispatch.SKIPPED_PASSES}
+    assert seen["config"]["tirx.instrument_bound_checkers"]
+    assert seen["config"]["tirx.disable_cse_tir"]
+
+
+def test_a_timing_instrument_around_the_build_keeps_its_record():
+    timing = tvm.ir.instrument.PassTimingInstrument()
+    with tvm.transform.PassContext(instruments=[timing]):
+        tvm_rtask.compile(Twice, "llvm", num_veu=2, cpu_build_jobs=1)
+        profile = timing.render()
+    assert "LowerForLLVM" in profile and "MakePackedAPI" not in profile

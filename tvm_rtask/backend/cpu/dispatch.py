@@ -261,10 +261,40 @@ def call_counts(mod: tvm.IRModule) -> dict[str, int]:
     return counts
 
 
+# TVM passes the llvm build leaves out. On the rules' unrolled register tiles they redo what
+# LLVM's optimisation does again (CommonSubexprElim: GVN, HoistIfThenElse: loop unswitching,
+# RemoveNoOp: dead code): 12-16% of the build, run time and outputs unchanged
+# (docs/compile-time-notes.md, fourteenth session)
+SKIPPED_PASSES = ("tirx.RemoveNoOp", "s_tir.HoistIfThenElse")
+SKIPPED_CONFIG = {"tirx.disable_cse_tir": True}
+
+
+def _lower_for_llvm(lower: tvm.transform.Pass) -> tvm.transform.Pass:
+    """TVM's ``s_tir`` lowering ``lower`` without :data:`SKIPPED_PASSES` and CSE.
+
+    It runs in a PassContext of its own that keeps the caller's options but not its
+    instruments (a timing instrument forgets what it recorded when a context holding it
+    exits): they see this pass as one."""
+
+    @tvm.transform.module_pass(opt_level=0, name="LowerForLLVM")
+    def lower_for_llvm(mod, ctx):
+        inner = tvm.transform.PassContext(
+            opt_level=ctx.opt_level,
+            required_pass=list(ctx.required_pass),
+            disabled_pass=[*ctx.disabled_pass, *SKIPPED_PASSES],
+            config={**{str(k): v for k, v in ctx.config.items()}, **SKIPPED_CONFIG},
+        )
+        with inner:
+            return lower(mod)
+
+    return lower_for_llvm
+
+
 def cpu_pipeline() -> str:
     """The TIR pipeline to build modules with body functions: :func:`private_body_functions`,
-    then TVM's default ``s_tir`` pipeline, and :func:`body_function_device` before its host
-    finalization (registered once, by name)."""
+    then TVM's default ``s_tir`` lowering less what LLVM redoes (:func:`_lower_for_llvm`),
+    and :func:`body_function_device` before its host finalization (registered once, by
+    name)."""
     from tvm.tirx.compilation_pipeline import PIPELINE_MAP, register_tir_pipeline
 
     if CPU_PIPELINE not in PIPELINE_MAP:
@@ -275,7 +305,8 @@ def cpu_pipeline() -> str:
             def host():
                 return tvm.transform.Sequential([body_function_device, finalize_host()])
 
-            return tvm.transform.Sequential([private_body_functions, lower]), host, finalize_device
+            passes = [private_body_functions, _lower_for_llvm(lower)]
+            return tvm.transform.Sequential(passes), host, finalize_device
 
         register_tir_pipeline(CPU_PIPELINE, make)
     return CPU_PIPELINE
