@@ -18,33 +18,13 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax, tirx
-from tvm.script import relax as R
 
 import tvm_rtask
+from tests.backend.cpu.test_body_functions import Twice
 from tvm_rtask.api import lower
 from tvm_rtask.backend.cpu import parallel_build
 from tvm_rtask.errors import OptionError
 from tvm_rtask.runtime import export_library
-
-
-@tvm.script.ir_module
-class Chain:
-    """Three distinct scheduled kernels, each split among both vEUs."""
-
-    @R.function
-    def main(
-        x: R.Tensor((64, 64), "float32"),
-        w1: R.Tensor((64, 64), "float32"),
-        w2: R.Tensor((64, 64), "float32"),
-    ):
-        with R.dataflow():
-            a = R.matmul(x, w1)
-            b = R.nn.relu(a)
-            c = R.matmul(b, w2)
-            d = R.add(c, x)
-            e = R.matmul(d, w1)
-            R.output(e)
-        return e
 
 
 def _inputs():
@@ -53,7 +33,7 @@ def _inputs():
 
 
 def _expected(x, w1, w2):
-    return ((np.maximum(x @ w1, 0) @ w2) + x) @ w1
+    return np.maximum(x @ w1, 0) @ w2
 
 
 def _run(ex, args):
@@ -68,7 +48,7 @@ def small_groups(monkeypatch):
 
 @pytest.fixture(scope="module")
 def lowered():
-    return lower(Chain, "llvm", num_veu=2)
+    return lower(Twice, "llvm", num_veu=2)
 
 
 def _build(lowered, jobs: int):
@@ -106,7 +86,7 @@ def test_moved_bodies_are_called_by_name_and_keep_no_copy_here(lowered, small_gr
 def test_the_exported_library_runs_in_a_process_without_tvm_rtask(lowered, small_groups, tmp_path):
     args = _inputs()
     apart = _build(lowered, 2)
-    path = export_library(apart, tmp_path / "chain.so")
+    path = export_library(apart, tmp_path / "twice.so")
     np.save(tmp_path / "args.npy", np.stack(args))
     code = textwrap.dedent(
         f"""
@@ -124,45 +104,37 @@ def test_the_exported_library_runs_in_a_process_without_tvm_rtask(lowered, small
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), _run(apart, args))
 
 
-def _in_child(parent: int) -> bool:
-    return os.getpid() != parent
+def _child_that(fails: str, parent: int, work):
+    """A ``_work`` whose forked child takes one group and then exits (``"dies"``) or never
+    returns (``"hangs"``); in this process it works as usual."""
 
-
-def test_a_failed_build_process_leaves_its_group_to_this_one(
-    lowered, small_groups, monkeypatch, caplog
-):
-    parent, work = os.getpid(), parallel_build._work
-
-    def dies_after_taking_a_group(queue, sides, target, paths):
-        if _in_child(parent):
+    def child_work(queue, sides, target, paths):
+        if os.getpid() != parent:
             parallel_build._take(queue)
-            os._exit(3)
-        work(queue, sides, target, paths)
-
-    monkeypatch.setattr(parallel_build, "_work", dies_after_taking_a_group)
-    args = _inputs()
-    with caplog.at_level(logging.WARNING, logger="tvm_rtask"):
-        apart = _build(lowered, 2)
-    assert "a build process failed" in caplog.text
-    np.testing.assert_allclose(_run(apart, args), _expected(*args), rtol=1e-4, atol=1e-3)
-
-
-def test_a_stuck_build_process_is_killed_at_its_deadline(lowered, small_groups, monkeypatch):
-    parent, work = os.getpid(), parallel_build._work
-
-    def hangs_after_taking_a_group(queue, sides, target, paths):
-        if _in_child(parent):
-            parallel_build._take(queue)
+            if fails == "dies":
+                os._exit(3)
             time.sleep(3600)
         work(queue, sides, target, paths)
 
-    monkeypatch.setattr(parallel_build, "_work", hangs_after_taking_a_group)
+    return child_work
+
+
+@pytest.mark.parametrize("fails", ["dies", "hangs"])
+def test_a_group_a_build_process_did_not_finish_is_built_here(
+    lowered, small_groups, monkeypatch, caplog, fails
+):
+    monkeypatch.setattr(
+        parallel_build, "_work", _child_that(fails, os.getpid(), parallel_build._work)
+    )
+    # a stuck process is killed this long after this process's own part
     monkeypatch.setattr(parallel_build, "DEADLINE_FLOOR_S", 0.5)
     monkeypatch.setattr(parallel_build, "DEADLINE_FACTOR", 0.0)
     args = _inputs()
     start = time.monotonic()
-    apart = _build(lowered, 2)
+    with caplog.at_level(logging.WARNING, logger="tvm_rtask"):
+        apart = _build(lowered, 2)
     assert time.monotonic() - start < 120
+    assert "a build process failed" in caplog.text
     np.testing.assert_allclose(_run(apart, args), _expected(*args), rtol=1e-4, atol=1e-3)
 
 
@@ -179,7 +151,7 @@ def test_the_default_uses_the_cores_this_process_may_run_on():
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, "2"])
 def test_bad_job_counts_are_refused(jobs):
     with pytest.raises(OptionError, match="cpu_build_jobs"):
-        tvm_rtask.plan(Chain, "llvm", cpu_build_jobs=jobs)
+        tvm_rtask.plan(Twice, "llvm", cpu_build_jobs=jobs)
 
 
 def test_groups_cover_every_body_once_heaviest_first():
