@@ -46,6 +46,7 @@ __all__ = [
     "STATUS_WORDS",
     "candidate_paths",
     "library_path",
+    "link_options",
     "load",
     "load_pass_config",
     "pass_config_library_path",
@@ -146,6 +147,19 @@ def library_path() -> str:
         When no candidate exists; the message lists the paths searched.
     """
     return _find(LIBRARY_NAME, ENV_VAR)
+
+
+def link_options() -> list[str]:
+    """Linker options that add the library to a shared library's link.
+
+    The library goes in by full path after ``-Wl,--no-as-needed`` (TVM's ``cc`` puts the
+    options *before* the object files, so a toolchain that links ``--as-needed`` by default
+    would otherwise drop it), with an rpath to its directory and ``$ORIGIN`` (so a copy of
+    the library placed beside the exported file also works).
+    """
+    lib = library_path()
+    libdir = os.path.dirname(lib)
+    return ["-Wl,--no-as-needed", lib, f"-Wl,-rpath,{libdir}", "-Wl,-rpath,$ORIGIN"]
 
 
 def pass_config_library_path() -> str:

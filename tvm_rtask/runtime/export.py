@@ -5,22 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import native
+from ..native import link_options
 
 __all__ = ["export_library", "link_options"]
-
-
-def link_options() -> list[str]:
-    """Linker options that add ``libtvm_rtask_runtime.so`` to a shared library's link.
-
-    The library goes in by full path after ``-Wl,--no-as-needed`` (TVM's ``cc`` puts the
-    options *before* the object files, so a toolchain that links ``--as-needed`` by default
-    would otherwise drop it), with an rpath to its directory and ``$ORIGIN`` (so a copy of
-    the library placed beside the exported file also works).
-    """
-    lib = native.library_path()
-    libdir = os.path.dirname(lib)
-    return ["-Wl,--no-as-needed", lib, f"-Wl,-rpath,{libdir}", "-Wl,-rpath,$ORIGIN"]
 
 
 def export_library(executable: Any, path: str | os.PathLike, **kwargs: Any) -> str:

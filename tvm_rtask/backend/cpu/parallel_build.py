@@ -38,6 +38,7 @@ from tvm.relax import VMExecutable
 from tvm.support import cc
 from tvm.tirx import IntImm
 
+from ... import native
 from ...tir.common import substitute_vars
 from .dispatch import (
     BODY_ATTR,
@@ -306,10 +307,8 @@ def build_with_side_objects(build_main, mod: tvm.IRModule, target: tvm.target.Ta
 def _with_side_library(executable, paths: list[str], tmp: str):
     """The executable, with the objects linked into one library that this process loads
     into its global scope, where the JIT of the executable's own module finds the bodies."""
-    from ...runtime.export import link_options
-
     library = os.path.join(tmp, "bodies.so")
-    cc.create_shared(library, paths, options=link_options())
+    cc.create_shared(library, paths, options=native.link_options())
     # TVM's loader fills the library's context (its workspace allocator): load it first,
     # then make its symbols global (the same handle; it stays loaded for the process)
     module = tvm.runtime.load_module(library)
