@@ -193,3 +193,20 @@ def test_arguments_every_call_gives_become_constants_or_ranges(lowered):
                 assert name_of not in text.split("):", 1)[1]  # used nowhere in the body
             else:
                 assert f"T.min({name_of}, {high})" in text
+
+
+def test_a_body_given_other_constants_gets_another_name(lowered, monkeypatch):
+    # two executables in one process share the loaded libraries' names: the same body
+    # specialised on other call constants is other code and must not bind to the first
+    names = sorted(parallel_build._movable(lowered))
+    target = tvm_rtask.backend.as_target("llvm")
+    ranges = parallel_build._argument_ranges(lowered, set(names))
+
+    def symbols(step):
+        changed = {n: {**r, len(lowered[n].params) - 2: (step, step)} for n, r in ranges.items()}
+        monkeypatch.setattr(parallel_build, "_argument_ranges", lambda mod, moved: changed)
+        _, sides = parallel_build._split(lowered, [names], target)
+        return sides[0][1]
+
+    assert symbols(1) == symbols(1)
+    assert not set(symbols(1)) & set(symbols(2))

@@ -183,7 +183,11 @@ def _split(
     """This process's module, without the bodies of ``groups`` (their callers call them by
     symbol), and per group its module and the symbols it defines."""
     moved = {name for group in groups for name in group}
-    symbols = {name: _symbol(mod[name], target) for name in moved}
+    ranges = _argument_ranges(mod, moved)
+    # named after the code it becomes: the same body called with other constants by another
+    # executable in this process is other code, and the loaded libraries share one namespace
+    special = {name: _specialise(mod[name], ranges.get(name, {})) for name in moved}
+    symbols = {name: _symbol(func, target) for name, func in special.items()}
 
     def by_symbol(call):
         if isinstance(call.op, ir.GlobalVar) and call.op.name_hint in symbols:
@@ -197,19 +201,17 @@ def _split(
         if isinstance(func, tirx.PrimFunc):
             func = func.with_body(tvm_ffi.structural_map(func.body, (ir.Call, by_symbol)))
         main[gvar] = func
-    ranges = _argument_ranges(mod, moved)
     sides = []
     for group in groups:
         funcs = {}
         for name in group:
-            func = _specialise(mod[name], ranges.get(name, {}))
             attrs = {
                 "global_symbol": symbols[name],
                 "calling_conv": 1,  # a C function already: MakePackedAPI leaves it as it is
                 PUBLIC_BODY_ATTR: True,
                 OUTLINED_ATTR: True,  # as in the whole module: out of line, own scope
             }
-            funcs[ir.GlobalVar(symbols[name])] = func.with_attrs(attrs)
+            funcs[ir.GlobalVar(symbols[name])] = special[name].with_attrs(attrs)
         sides.append((tvm.IRModule(funcs, attrs=mod.attrs), [symbols[n] for n in group]))
     return tvm.IRModule(main, attrs=mod.attrs, global_infos=mod.global_infos), sides
 
