@@ -9,10 +9,11 @@ runs) are cut into groups that forked children (which inherit the module: nothin
 serialised) build into object files, taking them from a queue, while this process builds the
 rest (the persistent functions, the bodies LLVM may inline into them) and then joins in.
 
-A moved body becomes a public C function named after its code and target (two models in one
-process never bind one name to different code), called by that name, with the constant
-arguments every call passes (a run's rTask step and count) put into it, as LLVM does for an
-internal function: the kernels' code does not change. The objects are linked into one
+A moved body becomes a public C function called by name, with what its calls pass put into
+it (a constant every call passes, the range of several: a run's rTask step, count and first
+rTask), as LLVM infers for an internal function: the kernels' code does not change. The name
+is hashed from that specialised code and the target, since every executable's library in the
+process shares one namespace. The objects are linked into one
 library loaded into the process's global scope, where the JIT of the executable's module
 finds them; :class:`SideObjectsExecutable` links them into what ``export_library`` writes.
 
