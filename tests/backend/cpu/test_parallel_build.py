@@ -142,10 +142,15 @@ def test_a_small_module_is_built_in_one_process(lowered):
     assert not isinstance(_build(lowered, 2), parallel_build.SideObjectsExecutable)
 
 
-def test_the_default_uses_the_cores_this_process_may_run_on():
-    cores = len(os.sched_getaffinity(0))
-    assert parallel_build.build_jobs(None) == max(1, min(cores, parallel_build.MAX_JOBS))
-    assert parallel_build.build_jobs(3) == 3
+@pytest.mark.parametrize(
+    "cores, load, jobs",
+    [(2, 0.2, 2), (2, 1.0, 2), (2, 1.6, 1), (2, 2.5, 1), (16, 3.0, 8), (4, 2.0, 3)],
+)
+def test_the_default_uses_the_cores_the_load_leaves_idle(monkeypatch, cores, load, jobs):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert parallel_build.build_jobs(None) == jobs
+    assert parallel_build.build_jobs(3) == 3  # asked for: as asked
 
 
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, "2"])
