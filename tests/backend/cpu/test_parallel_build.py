@@ -144,7 +144,7 @@ def test_a_small_module_is_built_in_one_process(lowered):
 
 @pytest.mark.parametrize(
     "cores, load, jobs",
-    [(2, 0.2, 2), (2, 1.0, 2), (2, 1.6, 1), (2, 2.5, 1), (16, 3.0, 8), (4, 2.0, 3)],
+    [(2, 0.2, 2), (2, 1.4, 2), (2, 1.6, 1), (2, 2.5, 1), (16, 3.0, 8), (4, 2.0, 3)],
 )
 def test_the_default_uses_the_cores_the_load_leaves_idle(monkeypatch, cores, load, jobs):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))

@@ -85,7 +85,9 @@ def build_jobs(requested: int | None) -> int:
         load = os.getloadavg()[0]  # this compile is part of it once it has run a while
     except (AttributeError, OSError):
         load = 0.0
-    idle = math.floor(cores - load + 1)
+    # cores - load idle, plus the one this compile is using; rounded: a load of 1.1 on 2
+    # cores (this compile and a little else) still leaves two
+    idle = math.floor(cores - load + 1 + 0.5)
     return max(1, min(cores, idle, MAX_JOBS))
 
 
