@@ -22,7 +22,7 @@ from tvm import relax, tirx
 import tvm_rtask
 from tests.backend.cpu.test_body_functions import Twice
 from tvm_rtask.api import lower
-from tvm_rtask.backend.cpu import parallel_build
+from tvm_rtask.backend.cpu import dispatch, parallel_build
 from tvm_rtask.errors import OptionError
 from tvm_rtask.runtime import export_library
 
@@ -182,8 +182,9 @@ def test_unrolled_loops_count_once_per_copy():
 
 
 def test_arguments_every_call_gives_become_constants_or_ranges(lowered):
-    names = set(parallel_build._movable(lowered))
-    ranges = parallel_build._argument_ranges(lowered, names)
+    calls = dispatch.call_arguments(lowered)
+    names = set(parallel_build._movable(lowered, calls))
+    ranges = parallel_build._argument_ranges(calls, names)
     assert ranges and set(ranges) <= names
     for name, found in ranges.items():
         func = lowered[name]
@@ -203,14 +204,15 @@ def test_arguments_every_call_gives_become_constants_or_ranges(lowered):
 def test_a_body_given_other_constants_gets_another_name(lowered, monkeypatch):
     # two executables in one process share the loaded libraries' names: the same body
     # specialised on other call constants is other code and must not bind to the first
-    names = sorted(parallel_build._movable(lowered))
+    calls = dispatch.call_arguments(lowered)
+    names = sorted(parallel_build._movable(lowered, calls))
     target = tvm_rtask.backend.as_target("llvm")
-    ranges = parallel_build._argument_ranges(lowered, set(names))
+    ranges = parallel_build._argument_ranges(calls, set(names))
 
     def symbols(step):
         changed = {n: {**r, len(lowered[n].params) - 2: (step, step)} for n, r in ranges.items()}
-        monkeypatch.setattr(parallel_build, "_argument_ranges", lambda mod, moved: changed)
-        _, sides = parallel_build._split(lowered, [names], target)
+        monkeypatch.setattr(parallel_build, "_argument_ranges", lambda calls, moved: changed)
+        _, sides = parallel_build._split(lowered, [names], target, calls)
         return sides[0][1]
 
     assert symbols(1) == symbols(1)

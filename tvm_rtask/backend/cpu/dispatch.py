@@ -228,13 +228,13 @@ def body_function_device(mod, _ctx):
     range it runs faster (DenseNet-121's batch norms, one operator each: the model 3.5%
     faster), while one that many runs call (ViT-B/16's twelve layers) would be copied into
     each (its compile took twice as long)."""
-    calls = call_counts(mod)
+    calls = call_arguments(mod)
     updates = {}
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc) or func.attrs is None or BODY_ATTR not in func.attrs:
             continue
         body = func.body
-        if OUTLINED_ATTR in func.attrs or calls.get(gvar.name_hint, 0) > MAX_INLINED_CALLS:
+        if is_outlined(func, len(calls.get(gvar.name_hint, ()))):
             scope = StringImm(f"{gvar.name_hint}_compute_")
             body = tirx.AttrStmt(_i32(0), "compute_scope", scope, body)
         body = _seq([body, tirx.Return(_i32(0))])
@@ -247,18 +247,25 @@ def body_function_device(mod, _ctx):
     return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def call_counts(mod: tvm.IRModule) -> dict[str, int]:
-    """How many calls of each function the module's PrimFuncs make, by name."""
-    counts: dict[str, int] = {}
+def call_arguments(mod: tvm.IRModule) -> dict[str, list[list]]:
+    """The arguments of every call the module's PrimFuncs make, by the callee's name."""
+    calls: dict[str, list[list]] = {}
 
     def visit(call):
         if isinstance(call.op, ir.GlobalVar):
-            counts[call.op.name_hint] = counts.get(call.op.name_hint, 0) + 1
+            calls.setdefault(call.op.name_hint, []).append(list(call.args))
 
     for func in mod.functions.values():
         if isinstance(func, tirx.PrimFunc):
             tvm_ffi.structural_walk(func.body, (ir.Call, visit))
-    return counts
+    return calls
+
+
+def is_outlined(func: tirx.PrimFunc, calls: int) -> bool:
+    """Whether a body function that ``calls`` runs call is kept out of line
+    (:func:`body_function_device`): a rule or a tuning record scheduled it, or more than
+    :data:`MAX_INLINED_CALLS` runs call it."""
+    return OUTLINED_ATTR in func.attrs or calls > MAX_INLINED_CALLS
 
 
 # TVM passes the llvm build leaves out. On the rules' unrolled register tiles they redo what

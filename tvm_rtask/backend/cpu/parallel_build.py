@@ -44,11 +44,11 @@ from ... import native
 from ...tir.common import substitute_vars
 from .dispatch import (
     BODY_ATTR,
-    MAX_INLINED_CALLS,
     OUTLINED_ATTR,
     PUBLIC_BODY_ATTR,
-    call_counts,
+    call_arguments,
     cpu_pipeline,
+    is_outlined,
 )
 
 __all__ = ["SideObjectsExecutable", "build_jobs", "build_with_side_objects", "unrolled_size"]
@@ -134,38 +134,28 @@ def _partition(sizes: dict[str, int], count: int) -> list[list[str]]:
     return [groups[g] for g in order if groups[g]]
 
 
-def _movable(mod: tvm.IRModule) -> dict[str, tirx.PrimFunc]:
-    """The bodies compiled out of line wherever they are: moving them changes no code."""
-    calls = call_counts(mod)
+def _movable(mod: tvm.IRModule, calls: dict[str, list[list]]) -> dict[str, tirx.PrimFunc]:
+    """The bodies compiled out of line wherever they are (``calls``: :func:`call_arguments`
+    of ``mod``): moving them changes no code."""
     found = {}
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc) or func.attrs is None:
             continue
-        if BODY_ATTR not in func.attrs:
-            continue
-        if OUTLINED_ATTR in func.attrs or calls.get(gvar.name_hint, 0) > MAX_INLINED_CALLS:
-            found[gvar.name_hint] = func
+        name = gvar.name_hint
+        if BODY_ATTR in func.attrs and is_outlined(func, len(calls.get(name, ()))):
+            found[name] = func
     return found
 
 
-def _argument_ranges(mod: tvm.IRModule, names: set[str]) -> dict[str, dict[int, tuple]]:
+def _argument_ranges(calls: dict[str, list[list]], names: set[str]) -> dict[str, dict]:
     """Per body of ``names``: for each integer argument that every call passes as a constant
     (a run's first rTask, step and count), the least and the greatest of them."""
-    seen: dict[str, list] = {}
-
-    def visit(call):
-        if isinstance(call.op, ir.GlobalVar) and call.op.name_hint in names:
-            seen.setdefault(call.op.name_hint, []).append(list(call.args))
-
-    for func in mod.functions.values():
-        if isinstance(func, tirx.PrimFunc):
-            tvm_ffi.structural_walk(func.body, (ir.Call, visit))
     ranges = {}
-    for name, calls in seen.items():
+    for name in names & calls.keys():
         found = {}
-        for i in range(len(calls[0])):
-            if all(isinstance(c[i], IntImm) for c in calls):
-                values = [int(c[i].value) for c in calls]
+        for i in range(len(calls[name][0])):
+            if all(isinstance(c[i], IntImm) for c in calls[name]):
+                values = [int(c[i].value) for c in calls[name]]
                 found[i] = (min(values), max(values))
         ranges[name] = found
     return ranges
@@ -191,12 +181,15 @@ def _specialise(func: tirx.PrimFunc, ranges: dict[int, tuple]) -> tirx.PrimFunc:
 
 
 def _split(
-    mod: tvm.IRModule, groups: list[list[str]], target: tvm.target.Target
+    mod: tvm.IRModule,
+    groups: list[list[str]],
+    target: tvm.target.Target,
+    calls: dict[str, list[list]],
 ) -> tuple[tvm.IRModule, list[tuple[tvm.IRModule, list[str]]]]:
     """This process's module, without the bodies of ``groups`` (their callers call them by
     symbol), and per group its module and the symbols it defines."""
     moved = {name for group in groups for name in group}
-    ranges = _argument_ranges(mod, moved)
+    ranges = _argument_ranges(calls, moved)
     # named after the code it becomes: the same body called with other constants by another
     # executable in this process is other code, and the loaded libraries share one namespace
     special = {name: _specialise(mod[name], ranges.get(name, {})) for name in moved}
@@ -282,14 +275,15 @@ def build_with_side_objects(build_main, mod: tvm.IRModule, target: tvm.target.Ta
     share (the caller builds ``mod`` as it is)."""
     if jobs < 2 or not hasattr(os, "fork"):
         return None
-    movable = _movable(mod)
+    calls = call_arguments(mod)
+    movable = _movable(mod, calls)
     sizes = {name: unrolled_size(func.body) for name, func in movable.items()}
     total = sum(sizes.values())
     jobs = min(jobs, total // MIN_GROUP_SIZE, len(movable))
     if jobs < 2:
         return None
     groups = _partition(sizes, min(len(movable), GROUPS_PER_JOB * jobs))
-    main, sides = _split(mod, groups, target)
+    main, sides = _split(mod, groups, target, calls)
     with tempfile.TemporaryDirectory(prefix="tvm_rtask_build_") as tmp:
         paths = [os.path.join(tmp, f"bodies_{i}.o") for i in range(len(sides))]
         queue, feed = os.pipe()
