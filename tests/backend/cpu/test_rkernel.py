@@ -5,7 +5,7 @@ import pytest
 import tvm
 from tvm.script import relax as R
 
-from tvm_rtask.backend.cpu.rkernel import CHUNK_ANNOTATION, make_cpu_rkernel
+from tvm_rtask.backend.cpu.rkernel import CHUNK_ANNOTATION, make_cpu_rkernel, make_cpu_rkernels
 from tvm_rtask.relax_passes import prepare_pipeline
 
 
@@ -91,3 +91,19 @@ def test_one_rtask_has_its_injective_blocks_inlined_as_several():
     blocks = one.func.script().count("T.sblock(")
     assert blocks == cut.func.script().count("T.sblock(")
     assert blocks < func.script().count("T.sblock(")
+
+
+def test_one_preparation_cuts_every_bound_as_alone():
+    """The inlined, gathered schedule serves every bound: each cut starts from it, not from
+    the previous bound's fused and split loops."""
+    import tvm_ffi
+
+    func = _fused_func()
+    bounds = [16, 4, 1, 3, 1000]
+    together = make_cpu_rkernels(func, bounds)
+    for bound, kernel in zip(bounds, together, strict=True):
+        alone = make_cpu_rkernels(func, [bound])[0]
+        assert kernel.num_rtasks == alone.num_rtasks
+        assert tvm_ffi.structural_equal(kernel.func, alone.func)
+    assert [k.num_rtasks for k in together][:3] == [16, 4, 1]
+    assert func.script().count("T.sblock(") > together[0].func.script().count("T.sblock(")

@@ -18,7 +18,7 @@ from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptio
 from . import host
 from .concat_views import concat_views
 from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher, cpu_pipeline
-from .rkernel import make_cpu_rkernel
+from .rkernel import make_cpu_rkernels
 from .threads import cpu_model_name
 from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 
@@ -130,10 +130,11 @@ class CPURKernelMaker(RKernelMaker):
         mod = self.mod
         variants: dict[int, RKernel] = {}
         for func, us, cores in _candidates(mod[name], self.tuned, self.rule_target, name):
-            for limit in self.limits:
-                # a rule's schedule is cut along its parallel loop, like a record's
-                make = make_tuned_cpu_rkernel if is_rule_scheduled(func) else None
-                kernel = (make or make_cpu_rkernel)(func, limit)
+            if is_rule_scheduled(func):  # cut along its parallel loop, like a record's
+                kernels = [make_tuned_cpu_rkernel(func, limit) for limit in self.limits]
+            else:
+                kernels = make_cpu_rkernels(func, self.limits)
+            for kernel in kernels:
                 n = kernel.num_rtasks
                 if n in variants:
                     continue

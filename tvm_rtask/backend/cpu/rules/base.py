@@ -9,6 +9,8 @@ That shape is what the tuned-kernel cutter (``backend/cpu/tuned.py``) cuts into 
 
 from __future__ import annotations
 
+import functools
+
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
@@ -35,6 +37,18 @@ class CPUScheduleRule(ScheduleRule):
         return target is not None and target.kind.name == "llvm"
 
 
+@functools.lru_cache(maxsize=64)
+def _cpu_features(target: str) -> frozenset[str] | None:
+    """The instruction sets LLVM gives ``target`` (``None`` when this LLVM lacks its
+    architecture); cached, as every rule asks for every operator."""
+    from tvm.target import codegen
+
+    try:
+        return frozenset(str(f) for f in codegen.llvm_get_cpu_features(Target(target)))
+    except Exception:  # an LLVM without this target's architecture
+        return None
+
+
 def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
     """Lanes of one vector register for ``dtype_bits``-bit elements: from the instruction
     sets LLVM gives the target's ``mcpu`` / ``mattr`` (AVX-512: 512 bits, AVX: 256, SSE /
@@ -44,11 +58,8 @@ def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
     attrs = target.attrs if target is not None else {}
     if not attrs.get("mcpu", None) and not list(attrs.get("mattr", None) or []):
         return DEFAULT_LANES
-    from tvm.target import codegen
-
-    try:
-        features = {str(f) for f in codegen.llvm_get_cpu_features(target)}
-    except Exception:  # an LLVM without this target's architecture
+    features = _cpu_features(str(target))
+    if features is None:
         return DEFAULT_LANES
     if "avx512f" in features:
         bits = 512
