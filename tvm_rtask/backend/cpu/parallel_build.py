@@ -70,25 +70,40 @@ _log = logging.getLogger("tvm_rtask")
 
 def build_jobs(requested: int | None) -> int:
     """The processes a build uses: ``requested``, else one per core this process may run on
-    that the machine's load leaves idle, this process included (at most :data:`MAX_JOBS`).
+    that the machine's other work leaves idle, this process included (at most
+    :data:`MAX_JOBS`).
 
     As make's ``--load-average``: on cores already busy (a test runner's workers, other
     builds) the forked processes only add their overhead (the suite on 2 cores with 2
-    workers: 15 -> 18 minutes)."""
+    workers: 15 -> 18 minutes). The work is counted now (the runnable tasks), not as the
+    1-minute load average, which still counts work that ended up to a minute ago."""
     if requested is not None:
         return requested
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]  # this compile is part of it once it has run a while
-    except (AttributeError, OSError):
-        load = 0.0
-    # cores - load idle, plus the one this compile is using; rounded: a load of 1.1 on 2
-    # cores (this compile and a little else) still leaves two
-    idle = math.floor(cores - load + 1 + 0.5)
+    running = _runnable_tasks()
+    if running is not None:
+        busy = running - 1  # this thread is one of them
+    else:
+        try:  # this compile is part of the average once it has run a while
+            busy = max(os.getloadavg()[0] - 1, 0.0)
+        except (AttributeError, OSError):
+            busy = 0.0
+    # rounded: a little other work (0.4 of a core) still leaves the core
+    idle = math.floor(cores - busy + 0.5)
     return max(1, min(cores, idle, MAX_JOBS))
+
+
+def _runnable_tasks() -> int | None:
+    """Tasks (threads) runnable on the machine now, this one included (Linux's
+    ``/proc/loadavg``, fourth field ``running/total``); ``None`` where it cannot be read."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            return int(f.read().split()[3].partition("/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def unrolled_size(stmt: tirx.Stmt) -> int:
