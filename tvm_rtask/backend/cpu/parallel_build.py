@@ -83,10 +83,8 @@ def build_jobs(requested: int | None) -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    running = _runnable_tasks()
-    if running is not None:
-        busy = running - 1  # this thread is one of them
-    else:
+    busy = _runnable_elsewhere()
+    if busy is None:
         try:  # this compile is part of the average once it has run a while
             busy = max(os.getloadavg()[0] - 1, 0.0)
         except (AttributeError, OSError):
@@ -96,14 +94,26 @@ def build_jobs(requested: int | None) -> int:
     return max(1, min(cores, idle, MAX_JOBS))
 
 
-def _runnable_tasks() -> int | None:
-    """Tasks (threads) runnable on the machine now, this one included (Linux's
-    ``/proc/loadavg``, fourth field ``running/total``); ``None`` where it cannot be read."""
+def _runnable_elsewhere() -> int | None:
+    """Tasks (threads) of other processes runnable now: Linux's ``/proc/loadavg`` (fourth
+    field, ``running/total``) less this process's own running threads (this one, and TVM's
+    pool workers, which spin a while after parallel work and are not forked);
+    ``None`` where Linux's counts cannot be read."""
     try:
         with open("/proc/loadavg", encoding="ascii") as f:
-            return int(f.read().split()[3].partition("/")[0])
+            running = int(f.read().split()[3].partition("/")[0])
+        tasks = os.listdir("/proc/self/task")
     except (OSError, IndexError, ValueError):
         return None
+    own = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat", encoding="ascii", errors="replace") as f:
+                # "pid (comm) state ...": the state follows the last parenthesis
+                own += f.read().rpartition(")")[2].split()[:1] == ["R"]
+        except OSError:  # the thread ended meanwhile
+            continue
+    return max(running - max(own, 1), 0)
 
 
 def unrolled_size(stmt: tirx.Stmt) -> int:
