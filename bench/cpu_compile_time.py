@@ -3,23 +3,25 @@
 Usage: python bench/cpu_compile_time.py [--size full|reduced] [--models resnet18 ...]
        [--light inception_v1 ...] [--modes tvm wavefront sequential] [--target llvm-native]
        [--timeout 1800] [--out bench/results] [--tag NAME] [--ready] [--build-jobs auto|N]
+       [--repeat 3]
 
-Each (model, mode) compiles in a fresh subprocess (no cache, no import shared between
-modes): ``tvm.compile(mod, target)`` for ``tvm``, ``tvm_rtask.compile(mod, target,
-policy=...)`` otherwise. Reported per run: wall time of the compile call, CPU time of the
-compile call, the build processes tvm-rtask forks included (the steadier number on a shared
-machine; the one-time import of
-``tvm_rtask.api`` that a first ``tvm_rtask.compile`` triggers is timed apart, as
-``import_cpu_s``), and the wall time of each tvm-rtask stage from the progress log (prepare/fuse,
-plan, lower, build). Ratios to TVM on CPU time and on wall time (they differ where
-tvm-rtask builds in several processes, option ``cpu_build_jobs``). With ``--ready`` the child also
-times the VM's creation (where the JIT makes the machine code, which neither compile call
-includes), a first call and a second; ``ready_s`` = compile wall + VM creation is the time
-until the model is ready to run, compared with TVM's the same way (TVM's default build runs
-unscheduled, so its inference is not counted); the first call's extra over the second is
-reported apart (on TVM's ViT-B/16 one call takes a minute and varies by seconds, so the
-earlier ``first - second`` made its time until ready 0.5 s, less than its compile). The machine load
-(``os.getloadavg``) before and after the whole run is recorded with the results.
+Each (model, mode) compiles in a fresh subprocess (no cache, no import shared between modes),
+``--repeat`` times with the modes interleaved; every number reported is the median of the
+repeats (each run is kept in the JSON, ``runs``): ``tvm.compile(mod, target)`` for ``tvm``,
+``tvm_rtask.compile(mod, target, policy=...)`` otherwise. Reported per run: wall time of the
+compile call, CPU time of the compile call, the build processes tvm-rtask forks included (the
+steadier number on a shared machine; the one-time import of ``tvm_rtask.api`` that a first
+``tvm_rtask.compile`` triggers is timed apart, as ``import_cpu_s``), and the wall time of each
+tvm-rtask stage from the progress log (prepare/fuse, plan, lower, build). Ratios to TVM on CPU
+time and on wall time (they differ where tvm-rtask builds in several processes, option
+``cpu_build_jobs``). With ``--ready`` the child also times the VM's creation (where the JIT
+makes the machine code, which neither compile call includes), a first call and a second;
+``ready_s`` = compile wall + VM creation is the time until the model is ready to run, compared
+with TVM's the same way (TVM's default build runs unscheduled, so its inference is not
+counted); the first call's extra over the second is reported apart (on TVM's ViT-B/16 one call
+takes a minute and varies by seconds, so the earlier ``first - second`` made its time until
+ready 0.5 s, less than its compile). The machine load (``os.getloadavg``) before and after the
+whole run is recorded with the results.
 Models: ``tvm_rtask.models.real`` (all of REAL_MODELS by default, ``--size``), plus any onnx
 light models named with ``--light``. Writes ``<date>-cpu-compile-time[-<tag>].json/.md``.
 """
@@ -32,6 +34,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -147,6 +150,12 @@ def main() -> None:
         help="tvm-rtask's cpu_build_jobs (processes that build the kernels; auto: the cores)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="fresh-process compiles per model and mode, the modes interleaved (medians)",
+    )
+    parser.add_argument(
         "--ready",
         action="store_true",
         help="also time the first call (the JIT's machine code) and a second one",
@@ -161,17 +170,46 @@ def main() -> None:
     load_before = os.getloadavg()
     rows: list[dict] = []
     for kind, name in models:
+        runs: dict[str, list[dict]] = {mode: [] for mode in args.modes}
+        for _ in range(args.repeat):  # the modes interleaved: a slow stretch hits both
+            for mode in args.modes:
+                run = run_one(
+                    kind,
+                    name,
+                    args.size,
+                    mode,
+                    args.target,
+                    args.timeout,
+                    args.ready,
+                    args.build_jobs,
+                )
+                runs[mode].append(run)
+                print(json.dumps({"model": name, "mode": mode, **run}), flush=True)
         for mode in args.modes:
-            row = run_one(
-                kind, name, args.size, mode, args.target, args.timeout, args.ready, args.build_jobs
-            )
+            row = median_row(runs[mode])
             row.update(model=name, kind=kind, size=args.size if kind == "real" else "light")
             row["build_jobs"] = args.build_jobs if mode != "tvm" else None
             row["mode"] = mode
             rows.append(row)
-            print(json.dumps(row), flush=True)
-            # written after every run: a long run stopped early keeps what it measured
-            write(args, rows, load_before, os.getloadavg())
+        # written after every model: a long run stopped early keeps what it measured
+        write(args, rows, load_before, os.getloadavg())
+
+
+def median_row(runs: list[dict]) -> dict:
+    """One row from repeated runs: the median of each number (each stage's too), the runs
+    kept as they were; an error if any run failed."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return {"error": failed[0]["error"], "runs": runs}
+    row: dict = {"repeats": len(runs), "runs": runs}
+    for key, value in runs[0].items():
+        if isinstance(value, (int, float)):
+            row[key] = statistics.median(r[key] for r in runs)
+    stages = {k for r in runs for k in r["stages"]}
+    row["stages"] = {
+        k: statistics.median(r["stages"][k] for r in runs if k in r["stages"]) for k in stages
+    }
+    return row
 
 
 def write(args, rows: list[dict], load_before, load_after) -> None:
@@ -206,7 +244,8 @@ def write(args, rows: list[dict], load_before, load_after) -> None:
         f"{os.cpu_count()} cores; load average before {load_before[0]:.1f} / "
         f"{load_before[1]:.1f} / {load_before[2]:.1f}, after {load_after[0]:.1f} / "
         f"{load_after[1]:.1f} / {load_after[2]:.1f} (1/5/15 min). CPU s of the compile call "
-        "in a fresh process, with the build processes it forks (the first import of "
+        f"in a fresh process, median of {args.repeat} runs per model and mode (interleaved), "
+        "with the build processes it forks (the first import of "
         f"tvm_rtask.api apart, last column); tvm-rtask's cpu_build_jobs: {args.build_jobs}; "
         "stages are wall s from the progress log; ready s: the compile's wall time plus "
         "the VM's creation, where the JIT makes the machine code; first call extra s: the "
