@@ -387,3 +387,21 @@ def _loop_vars(func):
 
     tvm_ffi.structural_map(func.body, (tvm.tirx.For, each))
     return found
+
+
+@pytest.mark.parametrize("case", ["pointwise_13", "pointwise_55", "pointwise_56"])
+def test_1x1_write_back_is_written_in_vectors(case):
+    """A 1x1 convolution's register tile spans several vectors of its flattened pixel axis;
+    its write-back (the accumulators to the output, with the epilogue) is a loop of vectors,
+    as its init is, not a scalar loop left to LLVM's vectorizer."""
+    scheduled = _check(case, LLVM)
+    sch = tvm.s_tir.Schedule(scheduled)
+    write_backs = [
+        b
+        for b in sch.get_child_blocks(sch.get_sblock("root"))
+        if sch.get(b).name_hint.endswith("_local")
+    ]
+    assert write_backs
+    for block in write_backs:
+        innermost = sch.get(sch.get_loops(block)[-1])
+        assert innermost.kind == tvm.tirx.ForKind.VECTORIZED, sch.get(block).name_hint

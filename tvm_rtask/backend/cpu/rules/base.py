@@ -253,14 +253,21 @@ def loops_below(sch: s_tir.Schedule, block, loop) -> list:
 
 def finish_tile_blocks(sch: s_tir.Schedule, blocks, tile_loop, lanes: int) -> None:
     """The loops of ``blocks`` (a register tile's init and write-back) under ``tile_loop``:
-    the innermost vectorised when it is ``lanes`` wide (and not yet), the others unrolled, so
+    the innermost vectorised when it is ``lanes`` wide (and not yet; a multiple of ``lanes``
+    becomes a loop of vectors), the others unrolled, so
     that the tile's accumulators stay in registers; a write-back whose epilogue computes a
     transcendental function keeps its loops (:func:`unroll_cheap`)."""
     for block in blocks:
         loops = loops_below(sch, block, tile_loop)
         if loops and sch.get(loops[-1]).kind != tirx.ForKind.VECTORIZED:
-            if extent_of(sch, loops[-1]) == lanes:
+            extent = extent_of(sch, loops[-1])
+            if extent == lanes:
                 sch.vectorize(loops[-1])
+            elif lanes > 1 and extent is not None and extent > lanes and extent % lanes == 0:
+                # a flattened pixel axis of several vectors (a 1x1 convolution's tile): a
+                # loop of vectors, not a scalar loop for LLVM's vectorizer; not unrolled
+                # (unrolled, accumulators left the registers: docs/compile-time-notes.md)
+                sch.vectorize(sch.split(loops[-1], [None, lanes])[1])
         unroll_cheap(sch, block, loops[:-1])
 
 
