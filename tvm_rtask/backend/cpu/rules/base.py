@@ -9,8 +9,6 @@ That shape is what the tuned-kernel cutter (``backend/cpu/tuned.py``) cuts into 
 
 from __future__ import annotations
 
-import functools
-
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
@@ -37,16 +35,22 @@ class CPUScheduleRule(ScheduleRule):
         return target is not None and target.kind.name == "llvm"
 
 
-@functools.lru_cache(maxsize=64)
-def _cpu_features(target: str) -> frozenset[str] | None:
-    """The instruction sets LLVM gives ``target`` (``None`` when this LLVM lacks its
-    architecture); cached, as every rule asks for every operator."""
-    from tvm.target import codegen
+_CPU_FEATURES: dict[str, frozenset[str] | None] = {}
 
-    try:
-        return frozenset(str(f) for f in codegen.llvm_get_cpu_features(Target(target)))
-    except Exception:  # an LLVM without this target's architecture
-        return None
+
+def _cpu_features(target: Target) -> frozenset[str] | None:
+    """The instruction sets LLVM gives ``target`` (``None`` when this LLVM lacks its
+    architecture); kept per target, as every rule asks for every operator."""
+    key = str(target)
+    if key not in _CPU_FEATURES:
+        from tvm.target import codegen
+
+        try:
+            features = frozenset(str(f) for f in codegen.llvm_get_cpu_features(target))
+        except Exception:  # an LLVM without this target's architecture
+            features = None
+        _CPU_FEATURES[key] = features
+    return _CPU_FEATURES[key]
 
 
 def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
@@ -58,7 +62,7 @@ def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
     attrs = target.attrs if target is not None else {}
     if not attrs.get("mcpu", None) and not list(attrs.get("mattr", None) or []):
         return DEFAULT_LANES
-    features = _cpu_features(str(target))
+    features = _cpu_features(target)
     if features is None:
         return DEFAULT_LANES
     if "avx512f" in features:
