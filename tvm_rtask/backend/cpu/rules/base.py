@@ -267,11 +267,11 @@ def finish_tile_blocks(sch: s_tir.Schedule, blocks, tile_loop, lanes: int) -> No
             extent = extent_of(sch, loops[-1])
             if extent == lanes:
                 sch.vectorize(loops[-1])
-            elif lanes > 1 and extent is not None and extent > lanes and extent % lanes == 0:
+            elif lanes > 1 and extent is not None and extent > lanes:
                 # a flattened pixel axis of several vectors (a 1x1 convolution's tile): a
                 # loop of vectors, not a scalar loop for LLVM's vectorizer; not unrolled
                 # (unrolled, accumulators left the registers: docs/compile-time-notes.md)
-                sch.vectorize(sch.split(loops[-1], [None, lanes])[1])
+                vectorize_whole(sch, loops[-1], lanes)
         unroll_cheap(sch, block, loops[:-1])
 
 
