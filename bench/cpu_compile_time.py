@@ -18,10 +18,9 @@ time and on wall time (they differ where tvm-rtask builds in several processes, 
 makes the machine code, which neither compile call includes), a first call and a second;
 ``ready_s`` = compile wall + VM creation is the time until the model is ready to run, compared
 with TVM's the same way (TVM's default build runs unscheduled, so its inference is not
-counted); the first call's extra over the second is reported apart (on TVM's ViT-B/16 one call
-takes a minute and varies by seconds, so the earlier ``first - second`` made its time until
-ready 0.5 s, less than its compile). The machine load (``os.getloadavg``) before and after the
-whole run is recorded with the results.
+counted); the first call's extra over the second is reported apart (where one call takes a
+minute, two calls differ by more than a compile takes: docs/compile-time-notes.md). The machine
+load (``os.getloadavg``) before and after the whole run is recorded with the results.
 Models: ``tvm_rtask.models.real`` (all of REAL_MODELS by default, ``--size``), plus any onnx
 light models named with ``--light``. Writes ``<date>-cpu-compile-time[-<tag>].json/.md``.
 """
