@@ -294,3 +294,32 @@ def test_clip_keeps_the_blocked_layout_and_matches():
     ex = tvm.compile(prepared, NATIVE)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_k_blocked_write_back_and_padding_leave_llvm_nothing_to_copy():
+    """A K-blocked convolution (channel blocks of 16, AVX-512): its write-back runs over the
+    band's pixels as one loop (a loop of rows around a loop of columns was unrolled whole by
+    LLVM, hundreds of vector stores), and the padding copy is a vector per pixel."""
+    net = Builder(64, 14)
+    with net.bb.function("main", [net.x]):
+        with net.bb.dataflow():
+            out = net.bb.emit_output(net.conv(net.x, 64, 64, 3))
+        net.bb.emit_func_output(out)
+    blocked = BlockedChannels(16, 32, max_layout_changes=4, min_blocked_convs=1)
+    prepared = prepare_pipeline(target_passes=[blocked])(net.bb.get())
+    (gvar,) = [g for g in prepared.get_global_vars() if NCHWC_NAME in g.name_hint]
+    scheduled = schedule_cpu_func(prepared[gvar], AVX512)
+    assert str(scheduled.attrs[RULE_ATTR]) == "Conv2dPackedNCHW"
+    sch = tvm.s_tir.Schedule(scheduled)
+    names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    assert any("_rf" in n for n in names), names  # the K-blocked schedule
+    pads = [n for n in names if n.startswith("pad")]
+    (write_back,) = [n for n in names if n.endswith("_local")]
+    assert pads
+    for name in pads:
+        innermost = sch.get(sch.get_loops(sch.get_sblock(name))[-1])
+        assert innermost.kind == tvm.tirx.ForKind.VECTORIZED and int(innermost.extent) == 16
+    *_, pixels, vectors, lanes = [sch.get(r) for r in sch.get_loops(sch.get_sblock(write_back))]
+    assert lanes.kind == tvm.tirx.ForKind.VECTORIZED and vectors.kind == tvm.tirx.ForKind.UNROLLED
+    assert pixels.kind == tvm.tirx.ForKind.SERIAL
+    assert int(pixels.extent) % 14 == 0 and int(pixels.extent) > 14, pixels.extent

@@ -56,6 +56,7 @@ from .base import (
     CPUScheduleRule,
     capped_tile_score,
     epilogue_tail,
+    extent_of,
     finish_tile_blocks,
     flatten_conv_pixels,
     float32_reduction,
@@ -273,6 +274,28 @@ def _write_back_vectors(sch, acc, block, vectors: int, lanes: int, flat: bool):
     return wx
 
 
+def _band_pixels_as_one_loop(sch, acc, wx) -> None:
+    """The K-blocked write-back's rows and columns (``wx``) fused into one loop over the
+    band's pixels. A band spans whole rows, so the index stays affine; as a loop of a few rows
+    LLVM unrolled it whole (its cost model folds the indices of short loops), hundreds of
+    vector stores that ran no faster (docs/compile-time-notes.md)."""
+    loops = sch.get_loops(acc)
+    i = [sch.get(loop).same_as(sch.get(wx)) for loop in loops].index(True)
+    sch.fuse(loops[i - 1], loops[i])
+
+
+def _pad_in_channel_vectors(sch, pad, loop, lanes: int) -> None:
+    """The padding copy of an NCHWc input under ``loop``: a vector per pixel (the borders'
+    condition does not depend on the channel), not a scalar loop for LLVM to vectorize, which
+    it also copied once per row."""
+    shape = sch.get(pad).writes[0].source.shape
+    if len(shape) != 5 or not isinstance(shape[4], tirx.IntImm) or int(shape[4]) != lanes:
+        return
+    loops = loops_below(sch, pad, loop)
+    if loops and extent_of(sch, loops[-1]) == lanes:
+        sch.vectorize(loops[-1])
+
+
 class Conv2dPackedNCHW(CPUScheduleRule):
     """Output-channel-vectorised direct convolution over packed weights; see the module
     docstring. ``acc_vectors``: the most accumulator vectors of a tile (with AVX2's 16
@@ -375,6 +398,7 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         par = sch.fuse(n, fo, y, xo) if pixel_parallel else sch.fuse(n, fo, y)
         for pad in pads:
             sch.compute_at(pad, par, preserve_unit_loops=True)
+            _pad_in_channel_vectors(sch, pad, par, lanes)
         if tail is not None and not tail_in_tile(sch, tail, par, lanes):
             return None
         # the write-back in channel vectors: bias loads and the activation vectorise, the
@@ -425,9 +449,11 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         sch.compute_at(tile, xo, preserve_unit_loops=True)
         for pad in pads:
             sch.compute_at(pad, rco, preserve_unit_loops=True)
+            _pad_in_channel_vectors(sch, pad, rco, lanes)
         if tail is not None and not tail_in_tile(sch, tail, par, lanes):
             return None
-        _write_back_vectors(sch, acc, block, vectors, lanes, flat=False)
+        wx = _write_back_vectors(sch, acc, block, vectors, lanes, flat=False)
+        _band_pixels_as_one_loop(sch, acc, wx)
         # the register tile: channel vectors innermost, as in the unblocked schedule
         if block is None:
             sch.transform_layout(tile, ("write", 0), lambda k, n_, f_, y_, x_: (k, n_, y_, x_, f_))
