@@ -79,3 +79,22 @@ def test_tensor_names_do_not_depend_on_which_operators_are_supported():
     const = planned.operators[1].inputs[1]
     assert planned.tensors[const].same_as(lowered.tensors[const])
     np.testing.assert_array_equal(lowered.tensors[const].value.numpy(), np.full(4, 3.0))
+
+
+def test_an_extraction_without_estimates_names_the_same_graph():
+    """Lowering extracts again without flop and byte estimates: the same operators and
+    tensors, the estimates left at zero."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((8, 16), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w = relax.const(np.ones((16, 4), "float32"))
+            out = bb.emit_output(relax.op.nn.relu(relax.op.matmul(x, w)))
+        bb.emit_func_output(out)
+    mod = prepare_pipeline("none")(bb.get())
+    full, bare = extract_graph(mod), extract_graph(mod, estimates=False)
+    assert [(o.name, o.inputs, o.outputs) for o in full.operators] == [
+        (o.name, o.inputs, o.outputs) for o in bare.operators
+    ]
+    assert all(o.flops > 0 for o in full.operators)
+    assert all(o.flops == 0 and o.bytes == 0 for o in bare.operators)

@@ -153,14 +153,18 @@ def _field_names(block, binding, taken: list, names: _Names, escaping: set) -> l
 
 
 def extract_graph(
-    mod: tvm.IRModule, rkernels_for: Callable[[str], list[RKernel]] | None = None
+    mod: tvm.IRModule,
+    rkernels_for: Callable[[str], list[RKernel]] | None = None,
+    estimates: bool = True,
 ) -> ExtractedGraph:
     """The rOperator graph of ``main``'s largest dataflow block (deterministic names).
 
     ``rkernels_for(func_name)`` gives the rKernel variants of a supported operator, or raises
     UnsupportedOperator to keep it an ordinary call; without it each gets one single-rTask
     placeholder. A maker with ``multi_output = False`` keeps multi-output kernels ordinary.
-    Names depend only on the binding, so two extractions agree.
+    Names depend only on the binding, so two extractions agree. ``estimates=False`` leaves
+    each operator's flops and bytes at zero (lowering reads the plan's: walking every
+    PrimFunc again cost tens of milliseconds).
     """
     func = mod["main"]
     found = main_dataflow(func)
@@ -227,8 +231,8 @@ def extract_graph(
                 inputs=[names(a) for a in call.args],
                 outputs=outputs,
                 pattern=PATTERN_NAMES.get(int(prim.attrs.get("op_pattern", 8)), "opaque"),
-                flops=estimate_flops(prim),
-                bytes=estimate_bytes(prim),
+                flops=estimate_flops(prim) if estimates else 0.0,
+                bytes=estimate_bytes(prim) if estimates else 0.0,
                 rkernels=rkernels,
             )
         operators.append(op)

@@ -120,7 +120,7 @@ class LowerRPrograms:
         if not plan.target:
             raise PlanError("the plan names no target: make it with PlanRPrograms")
         backend = get_backend(tvm.target.Target(plan.target))
-        extracted = extract_graph(mod)
+        extracted = extract_graph(mod, estimates=False)
         # names, inputs and outputs: a tensor named differently by the two extractions would
         # bind the wrong Relax value to a kernel argument (seen with constants once)
         signature = [(op.name, op.inputs, op.outputs) for op in extracted.operators]
