@@ -129,16 +129,16 @@ def test_plan_options_resolve_db_for_cuda_without_a_set(tmp_path, monkeypatch):
 
 
 # -- a tiny set -------------------------------------------------------------------------------
-def _tiny_matmul():
+def _tiny_matmul(rows: int = 4, cols: int = 32):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "m"], ["y"])],
         "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
-        [numpy_helper.from_array(rng.standard_normal((64, 32)).astype("float32"), "m")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        [numpy_helper.from_array(rng.standard_normal((64, cols)).astype("float32"), "m")],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 

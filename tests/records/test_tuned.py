@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.records.test_sets import make_tiny_set
+from tests.records.test_sets import _tiny_matmul, make_tiny_set
 from tvm_rtask.records.database import FILES
 from tvm_rtask.records.tuned import TunedKernels, workload_hashes
 
@@ -21,21 +21,9 @@ def tiny(tmp_path):
 
 def _other_func():
     """A matmul of other shapes: a workload the tiny set never saw."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
     from tvm_rtask.tuning.tasks import extract_tasks, prepared
 
-    weight = np.ones((64, 16), "float32")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "m"], ["y"])],
-        "other",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 16])],
-        [numpy_helper.from_array(weight, "m")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    (task,) = extract_tasks(prepared(model))
+    (task,) = extract_tasks(prepared(_tiny_matmul(rows=3, cols=16)))
     return task.func
 
 
