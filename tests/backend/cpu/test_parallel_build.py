@@ -179,15 +179,27 @@ def test_bad_job_counts_are_refused(jobs):
         tvm_rtask.plan(Twice, "llvm", cpu_build_jobs=jobs)
 
 
-def test_groups_cover_every_body_once_heaviest_first():
-    sizes = {f"b{i}": s for i, s in enumerate([90, 10, 40, 40, 30, 20, 5, 5])}
-    groups = parallel_build._partition(sizes, 3)
+def test_groups_cover_every_body_once_longest_first_small_groups_last():
+    sizes = {f"b{i}": s for i, s in enumerate([90, 10, 40, 40, 30, 20, 5, 5, 60, 25])}
+    groups = parallel_build._partition(sizes, 2)
     names = [n for g in groups for n in g]
     assert sorted(names) == sorted(sizes)
+    assert [sizes[n] for n in names] == sorted(sizes.values(), reverse=True)
     loads = [sum(sizes[n] for n in g) for g in groups]
-    assert loads == sorted(loads, reverse=True)
-    assert max(loads) - min(loads) <= max(sizes.values())
+    floor = parallel_build.MIN_GROUP_SHARE * sum(sizes.values()) / 2
+    assert all(load >= floor for load in loads[:-1])
+    assert loads[0] == max(loads) and loads[-1] < loads[0] / 4
+    assert len(groups) > 2 * 2  # more groups than processes: the queue balances them
     assert parallel_build._partition({"a": 1}, 4) == [["a"]]
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"), [([1, 0, 1], 0), ([2, 1, 1, 1, 1, 0], 1), ([None], None)]
+)
+def test_runnable_count_is_the_least_of_a_few(monkeypatch, counts, expected):
+    seen = iter(counts)
+    monkeypatch.setattr(parallel_build, "_runnable_elsewhere_once", lambda: next(seen))
+    assert parallel_build._runnable_elsewhere(pause_s=0) == expected
 
 
 def test_unrolled_loops_count_once_per_copy():

@@ -57,9 +57,13 @@ MAX_JOBS = 8
 # bodies smaller than this in all (statements after unrolling, :func:`unrolled_size`) are
 # not worth a process: ResNet-18's 21 outlined bodies sum to about 1.7 K
 MIN_GROUP_SIZE = 200
-# groups per process: the bodies' build times vary 5x at one size (ResNet-18: 0.13-0.64 s at
-# about 91 statements), so the processes take small groups from a queue as they finish
-GROUPS_PER_JOB = 4
+# a group takes this share of what is left to build, per process: the bodies' build times
+# vary 5x at one size (ResNet-18: 0.13-0.64 s at about 91 statements), so the processes take
+# groups from a queue as they finish, large ones first and small ones last
+GUIDED_SHARE = 0.5
+# the smallest group, as a share of all per process: each group is a module of its own, with
+# about 40 ms of TVM's and LLVM's fixed costs
+MIN_GROUP_SHARE = 1 / 8
 # after this process's own build, how long children may still take (multiple of its time,
 # at least the floor): a child stuck after the fork is killed, not waited for
 DEADLINE_FACTOR = 4.0
@@ -94,17 +98,44 @@ def build_jobs(requested: int | None) -> int:
     return max(1, min(cores, idle, MAX_JOBS))
 
 
-def _runnable_elsewhere() -> int | None:
-    """Tasks (threads) of other processes runnable now: Linux's ``/proc/loadavg`` (fourth
-    field, ``running/total``) less this process's own running threads (this one, and TVM's
-    pool workers, which spin a while after parallel work and are not forked);
-    ``None`` where Linux's counts cannot be read."""
+def _runnable_elsewhere(samples: int = 5, pause_s: float = 0.002) -> int | None:
+    """Tasks (threads) of other processes runnable now, the least of up to ``samples``
+    counts ``pause_s`` apart (one count can see a kernel worker that runs for a moment, or
+    one of this process's threads that stopped between the two reads: on a quiet machine,
+    about one count in a hundred, and then a 2-core build ran in one process, 1.1 s
+    slower); ``None`` where Linux's counts cannot be read."""
+    least = None
+    for _ in range(samples):
+        count = _runnable_elsewhere_once()
+        if count is None:
+            return None
+        least = count if least is None else min(least, count)
+        if least == 0:
+            break
+        time.sleep(pause_s)
+    return least
+
+
+def _runnable_elsewhere_once() -> int | None:
+    """Linux's ``/proc/loadavg`` (fourth field, ``running/total``) less this process's own
+    running threads (this one, and TVM's pool workers, which spin a while after parallel
+    work and are not forked), counted before and after it."""
+    before = _running_threads()
     try:
         with open("/proc/loadavg", encoding="ascii") as f:
             running = int(f.read().split()[3].partition("/")[0])
-        tasks = os.listdir("/proc/self/task")
     except (OSError, IndexError, ValueError):
         return None
+    own = max(before, _running_threads())
+    return max(running - max(own, 1), 0)
+
+
+def _running_threads() -> int:
+    """This process's threads in state ``R`` (0 where ``/proc`` cannot be read)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
     own = 0
     for task in tasks:
         try:
@@ -113,7 +144,7 @@ def _runnable_elsewhere() -> int | None:
                 own += f.read().rpartition(")")[2].split()[:1] == ["R"]
         except OSError:  # the thread ended meanwhile
             continue
-    return max(running - max(own, 1), 0)
+    return own
 
 
 def unrolled_size(stmt: tirx.Stmt) -> int:
@@ -146,17 +177,29 @@ def _symbol(func: tirx.PrimFunc, target: tvm.target.Target) -> str:
     return f"tvm_rtask_body_{hashlib.sha256(key).hexdigest()[:24]}"
 
 
-def _partition(sizes: dict[str, int], count: int) -> list[list[str]]:
-    """``count`` groups of about equal size: longest first, each to the lightest group;
-    the heaviest group first."""
-    groups: list[list[str]] = [[] for _ in range(count)]
-    loads = [0] * count
+def _partition(sizes: dict[str, int], jobs: int) -> list[list[str]]:
+    """Groups for ``jobs`` processes in the order they are taken, as OpenMP's guided
+    schedule: each about :data:`GUIDED_SHARE` of what is left per process (the longest
+    bodies first), at least :data:`MIN_GROUP_SHARE` of the whole per process. The last
+    groups are single small bodies, so the process that finishes last runs alone briefly
+    (ResNet-18, eight groups of equal size: one of 0.15-0.3 s alone at the end)."""
+    left = sum(sizes.values())
+    floor = MIN_GROUP_SHARE * left / jobs
+    groups: list[list[str]] = []
+    group: list[str] = []
+    load = 0
     for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
-        i = min(range(count), key=lambda g: (loads[g], g))
-        groups[i].append(name)
-        loads[i] += sizes[name]
-    order = sorted(range(count), key=lambda g: -loads[g])
-    return [groups[g] for g in order if groups[g]]
+        if not group:
+            goal = max(GUIDED_SHARE * left / jobs, floor)
+        group.append(name)
+        load += sizes[name]
+        if load >= goal:
+            groups.append(group)
+            left -= load
+            group, load = [], 0
+    if group:
+        groups.append(group)
+    return groups
 
 
 def _movable(mod: tvm.IRModule, calls: dict[str, list[list]]) -> dict[str, tirx.PrimFunc]:
@@ -307,7 +350,7 @@ def build_with_side_objects(build_main, mod: tvm.IRModule, target: tvm.target.Ta
     jobs = min(jobs, total // MIN_GROUP_SIZE, len(movable))
     if jobs < 2:
         return None
-    groups = _partition(sizes, min(len(movable), GROUPS_PER_JOB * jobs))
+    groups = _partition(sizes, jobs)
     main, sides = _split(mod, groups, target, calls)
     with tempfile.TemporaryDirectory(prefix="tvm_rtask_build_") as tmp:
         paths = [os.path.join(tmp, f"bodies_{i}.o") for i in range(len(sides))]
