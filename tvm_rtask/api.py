@@ -8,6 +8,7 @@ import tvm
 
 from . import frontend, native, progress
 from .backend import as_target, get_backend
+from .backend.base import build_follows
 from .backend.cuda.source import cuda_source
 from .core import Plan
 from .errors import PlanError, run_keeping_errors
@@ -71,16 +72,17 @@ def compile_with_plan(
     tvm_target = as_target(target)
     backend = get_backend(tvm_target)
     given = frozenset(k for k, v in options.items() if v is not None)
-    for _ in range(MAX_REPLANS):
-        ex, plan = build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
-        more = backend.replan_options(plan, RTaskOptions.from_dict(plan.options), given)
-        if not more:
-            return ex, plan
-        logging.getLogger("tvm_rtask").info(
-            "planning again with %s: %s", more, _why_replanned(plan)
-        )
-        options = {**options, **more}
-    return build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
+    with build_follows():
+        for _ in range(MAX_REPLANS):
+            ex, plan = build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
+            more = backend.replan_options(plan, RTaskOptions.from_dict(plan.options), given)
+            if not more:
+                return ex, plan
+            logging.getLogger("tvm_rtask").info(
+                "planning again with %s: %s", more, _why_replanned(plan)
+            )
+            options = {**options, **more}
+        return build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
 
 
 # A CUDA plan goes from 4 to 1 vEU per SM in 3 steps at most.

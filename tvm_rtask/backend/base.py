@@ -10,6 +10,9 @@ the backend instead of testing the kind. ``docs/adding-a-backend.md`` walks thro
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -245,3 +248,23 @@ def target_dict(target: Target) -> dict:
         return [plain(v) for v in value]
 
     return plain(target.export())
+
+
+_BUILD_FOLLOWS: ContextVar[bool] = ContextVar("tvm_rtask_build_follows", default=False)
+
+
+@contextmanager
+def build_follows() -> Iterator[None]:
+    """Within it, every lowering is built at once (``tvm_rtask.compile``): a backend may
+    start building what it can while the plan is made. A lowering alone (``lower``,
+    ``plan``) starts nothing that might never be used."""
+    token = _BUILD_FOLLOWS.set(True)
+    try:
+        yield
+    finally:
+        _BUILD_FOLLOWS.reset(token)
+
+
+def is_build_following() -> bool:
+    """Whether the lowering under way will be built at once (:func:`build_follows`)."""
+    return _BUILD_FOLLOWS.get()

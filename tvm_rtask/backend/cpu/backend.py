@@ -13,12 +13,23 @@ from ...core import RKernel, VDevice, cpu_spec
 from ...core.memory import shared_workspaces
 from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
+from ...records import TUNED_ATTR
 from ..arena import arena_of, arena_tensor, plan_arenas
-from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
-from . import host
+from ..base import (
+    Backend,
+    LoweredProgram,
+    ProgramIO,
+    RKernelMaker,
+    TargetOptions,
+    is_build_following,
+    load_tuned,
+)
+from . import host, parallel_build
 from .concat_views import concat_views
 from .dispatch import CPUProgramCode, KernelCall, build_cpu_dispatcher, cpu_pipeline
+from .early_build import early_builds
 from .rkernel import make_cpu_rkernels
+from .rules import RULE_ATTR
 from .threads import cpu_model_name
 from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 
@@ -106,12 +117,20 @@ class CPURKernelMaker(RKernelMaker):
     """
 
     def __init__(
-        self, mod: tvm.IRModule, vdevice: VDevice, tuned, rule_target, rtasks_per_veu: int
+        self,
+        mod: tvm.IRModule,
+        vdevice: VDevice,
+        tuned,
+        rule_target,
+        rtasks_per_veu: int,
     ) -> None:
         self.mod = mod
         self._vdevice = vdevice
         self.tuned = tuned
         self.rule_target = rule_target
+        # called with each operator's name once its variants are made: start building its
+        # body as a plan of one rTask per vEU will call it (early_build.py)
+        self.early_build = None
         max_rtasks = vdevice.num_veu * rtasks_per_veu
         self.limits = sorted({max_rtasks, vdevice.num_veu, 1}, reverse=True)
         self.cache: dict[str, list[RKernel]] = {}
@@ -146,7 +165,21 @@ class CPURKernelMaker(RKernelMaker):
                 if us is not None:
                     est = us * min(cores, max(outer_parallel_extent(func), 1)) / n
                 variants[n] = RKernel(name=f"{name}@{n}", num_rtasks=n, est_us=est)
+        if self.early_build is not None:
+            self.early_build(name)
         return list(variants.values())
+
+    def one_per_veu(self, name: str) -> tuple[tvm.tirx.PrimFunc, int] | None:
+        """The variant of operator ``name`` with one rTask per vEU and its rTask count, when
+        it has one and its body is built out of line (a rule or a record scheduled it)."""
+        num_veu = self._vdevice.num_veu
+        for kernel in self(name):
+            if kernel.num_rtasks != num_veu:
+                continue
+            func = self.mod[kernel_function(self.mod, name, kernel.name)]
+            if func.attrs is not None and (RULE_ATTR in func.attrs or TUNED_ATTR in func.attrs):
+                return func, num_veu
+        return None
 
 
 class CPUBackend(Backend):
@@ -254,7 +287,14 @@ class CPUBackend(Backend):
         vdevice = cpu_vdevice(options.num_veu)
         tuned = load_tuned(options.db, "llvm")
         rule_target = self.target if cpu.rules else None
-        return mod, CPURKernelMaker(mod, vdevice, tuned, rule_target, cpu.rtasks_per_veu)
+        maker = CPURKernelMaker(mod, vdevice, tuned, rule_target, cpu.rtasks_per_veu)
+        if is_build_following() and parallel_build.build_jobs(options.cpu_build_jobs) >= 2:
+
+            def early(name: str) -> None:
+                early_builds().submit(name, maker.one_per_veu, self.target)
+
+            maker.early_build = early
+        return mod, maker
 
     def standalone_rkernel(self, mod, maker, func_name, kernel, vdevice):
         """The rKernel's PrimFunc itself: called alone it runs its rTasks one after the
@@ -305,7 +345,7 @@ class CPUBackend(Backend):
 
     def build(self, lowered, plan, options):
         from ... import native
-        from . import parallel_build, threads
+        from . import threads
 
         # the dispatcher calls the native step-array primitives: their library must be
         # loaded (RTLD_GLOBAL) before LLVM links the module, or the first call crashes
@@ -317,6 +357,11 @@ class CPUBackend(Backend):
         def build_main(mod):
             return tvm.compile(mod, target=self.target, tir_pipeline=cpu_pipeline())
 
-        jobs = parallel_build.build_jobs(options.cpu_build_jobs)
-        built = parallel_build.build_with_side_objects(build_main, lowered, self.target, jobs)
+        early = early_builds()
+        builder = early.running_pid()
+        ignored = () if builder is None else (builder,)
+        jobs = parallel_build.build_jobs(options.cpu_build_jobs, ignored)
+        built = parallel_build.build_with_side_objects(
+            build_main, lowered, self.target, jobs, early=early
+        )
         return built if built is not None else build_main(lowered)

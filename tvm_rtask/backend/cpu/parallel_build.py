@@ -18,7 +18,8 @@ library loaded into the process's global scope, where the JIT of the executable'
 finds them; :class:`SideObjectsExecutable` links them into what ``export_library`` writes.
 
 A group a child did not finish (it failed, or outlived its deadline and was killed) is built
-here: the fork is an optimisation, never a new way to fail.
+here: the fork is an optimisation, never a new way to fail. Bodies built while the plan was
+made (``early_build.py``) are taken as they are when their code is the one predicted.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ DEADLINE_FLOOR_S = 60.0
 _log = logging.getLogger("tvm_rtask")
 
 
-def build_jobs(requested: int | None) -> int:
+def build_jobs(requested: int | None, ignored: tuple[int, ...] = ()) -> int:
     """The processes a build uses: ``requested``, else one per core this process may run on
     that the machine's other work leaves idle, this process included (at most
     :data:`MAX_JOBS`).
@@ -80,14 +81,15 @@ def build_jobs(requested: int | None) -> int:
     As make's ``--load-average``: on cores already busy (a test runner's workers, other
     builds) the forked processes only add their overhead (the suite on 2 cores with 2
     workers: 15 -> 18 minutes). The work is counted now (the runnable tasks), not as the
-    1-minute load average, which still counts work that ended up to a minute ago."""
+    1-minute load average, which still counts work that ended up to a minute ago. The
+    processes ``ignored`` (this compile's early builder, about to stop) are not counted."""
     if requested is not None:
         return requested
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    busy = _runnable_elsewhere()
+    busy = _runnable_elsewhere(ignored=ignored)
     if busy is None:
         try:  # this compile is part of the average once it has run a while
             busy = max(os.getloadavg()[0] - 1, 0.0)
@@ -98,28 +100,30 @@ def build_jobs(requested: int | None) -> int:
     return max(1, min(cores, idle, MAX_JOBS))
 
 
-def _runnable_elsewhere(samples: int = 5, pause_s: float = 0.002) -> int | None:
-    """Tasks (threads) of other processes runnable now, the least of up to ``samples``
-    counts ``pause_s`` apart (one count can see a kernel worker that runs for a moment, or
-    one of this process's threads that stopped between the two reads: on a quiet machine,
-    about one count in a hundred, and then a 2-core build ran in one process, 1.1 s
-    slower); ``None`` where Linux's counts cannot be read."""
-    least = None
-    for _ in range(samples):
-        count = _runnable_elsewhere_once()
+def _runnable_elsewhere(
+    samples: int = 5, pause_s: float = 0.002, ignored: tuple[int, ...] = ()
+) -> int | None:
+    """Tasks (threads) of other processes runnable now: the median of three counts
+    ``pause_s`` apart, of up to ``samples`` when they differ. One count can see a kernel
+    worker that runs for a moment (on a quiet machine, about one count in a hundred, and
+    then a 2-core build ran in one process, 1.1 s slower) or miss a busy process waiting a
+    moment for memory or a file; ``None`` where Linux's counts cannot be read."""
+    counts: list[int] = []
+    while len(counts) < samples:
+        count = _runnable_elsewhere_once(ignored)
         if count is None:
             return None
-        least = count if least is None else min(least, count)
-        if least == 0:
-            break
+        counts.append(count)
+        if len(counts) >= 3 and len(set(counts[-3:])) == 1:
+            return count
         time.sleep(pause_s)
-    return least
+    return sorted(counts)[len(counts) // 2]
 
 
-def _runnable_elsewhere_once() -> int | None:
+def _runnable_elsewhere_once(ignored: tuple[int, ...] = ()) -> int | None:
     """Linux's ``/proc/loadavg`` (fourth field, ``running/total``) less this process's own
     running threads (this one, and TVM's pool workers, which spin a while after parallel
-    work and are not forked), counted before and after it."""
+    work and are not forked), counted before and after it, and the ``ignored`` processes'."""
     before = _running_threads()
     try:
         with open("/proc/loadavg", encoding="ascii") as f:
@@ -127,19 +131,19 @@ def _runnable_elsewhere_once() -> int | None:
     except (OSError, IndexError, ValueError):
         return None
     own = max(before, _running_threads())
-    return max(running - max(own, 1), 0)
+    return max(running - max(own, 1) - sum(_running_threads(pid) for pid in ignored), 0)
 
 
-def _running_threads() -> int:
-    """This process's threads in state ``R`` (0 where ``/proc`` cannot be read)."""
+def _running_threads(pid: int | str = "self") -> int:
+    """The threads of process ``pid`` in state ``R`` (0 where ``/proc`` cannot be read)."""
     try:
-        tasks = os.listdir("/proc/self/task")
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return 0
     own = 0
     for task in tasks:
         try:
-            with open(f"/proc/self/task/{task}/stat", encoding="ascii", errors="replace") as f:
+            with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii", errors="replace") as f:
                 # "pid (comm) state ...": the state follows the last parenthesis
                 own += f.read().rpartition(")")[2].split()[:1] == ["R"]
         except OSError:  # the thread ended meanwhile
@@ -171,7 +175,7 @@ def unrolled_size(stmt: tirx.Stmt) -> int:
     return 1
 
 
-def _symbol(func: tirx.PrimFunc, target: tvm.target.Target) -> str:
+def symbol_of(func: tirx.PrimFunc, target: tvm.target.Target) -> str:
     """A name that only this body's code for this target has."""
     key = f"{tvm_ffi.structural_hash(func)}|{target}".encode()
     return f"tvm_rtask_body_{hashlib.sha256(key).hexdigest()[:24]}"
@@ -229,7 +233,7 @@ def _argument_ranges(calls: dict[str, list[list]], names: set[str]) -> dict[str,
     return ranges
 
 
-def _specialise(func: tirx.PrimFunc, ranges: dict[int, tuple]) -> tirx.PrimFunc:
+def specialise(func: tirx.PrimFunc, ranges: dict[int, tuple]) -> tirx.PrimFunc:
     """``func`` knowing what its calls pass: a parameter every call gives the same constant
     becomes that constant, and one given several is clamped to their range (an identity on
     every call). LLVM infers both for an internal function from its call sites, and the
@@ -248,20 +252,35 @@ def _specialise(func: tirx.PrimFunc, ranges: dict[int, tuple]) -> tirx.PrimFunc:
     return func.with_body(substitute_vars(func.body, mapping))
 
 
-def _split(
-    mod: tvm.IRModule,
-    groups: list[list[str]],
-    target: tvm.target.Target,
-    calls: dict[str, list[list]],
-) -> tuple[tvm.IRModule, list[tuple[tvm.IRModule, list[str]]]]:
-    """This process's module, without the bodies of ``groups`` (their callers call them by
-    symbol), and per group its module and the symbols it defines."""
-    moved = {name for group in groups for name in group}
+def side_module(funcs: dict[str, tirx.PrimFunc]) -> tvm.IRModule:
+    """A module of specialised bodies, each a public C function named by its symbol."""
+    attrs = {
+        "calling_conv": 1,  # a C function already: MakePackedAPI leaves it as it is
+        PUBLIC_BODY_ATTR: True,
+        OUTLINED_ATTR: True,  # as in the whole module: out of line, own scope
+    }
+    return tvm.IRModule(
+        {
+            ir.GlobalVar(symbol): func.with_attrs({**attrs, "global_symbol": symbol})
+            for symbol, func in funcs.items()
+        }
+    )
+
+
+def _specialised(
+    mod: tvm.IRModule, moved: set[str], target: tvm.target.Target, calls: dict[str, list[list]]
+) -> tuple[dict[str, tirx.PrimFunc], dict[str, str]]:
+    """The bodies of ``moved`` specialised on their calls, and their symbols: named after the
+    code each becomes (the same body called with other constants by another executable in
+    this process is other code, and the loaded libraries share one namespace)."""
     ranges = _argument_ranges(calls, moved)
-    # named after the code it becomes: the same body called with other constants by another
-    # executable in this process is other code, and the loaded libraries share one namespace
-    special = {name: _specialise(mod[name], ranges.get(name, {})) for name in moved}
-    symbols = {name: _symbol(func, target) for name, func in special.items()}
+    special = {name: specialise(mod[name], ranges.get(name, {})) for name in moved}
+    return special, {name: symbol_of(func, target) for name, func in special.items()}
+
+
+def _calling_by_symbol(mod: tvm.IRModule, symbols: dict[str, str]) -> tvm.IRModule:
+    """This process's module, without the bodies of ``symbols``: their callers call them by
+    symbol."""
 
     def by_symbol(call):
         if isinstance(call.op, ir.GlobalVar) and call.op.name_hint in symbols:
@@ -270,27 +289,15 @@ def _split(
 
     main = {}
     for gvar, func in mod.functions.items():
-        if gvar.name_hint in moved:
+        if gvar.name_hint in symbols:
             continue
         if isinstance(func, tirx.PrimFunc):
             func = func.with_body(tvm_ffi.structural_map(func.body, (ir.Call, by_symbol)))
         main[gvar] = func
-    sides = []
-    for group in groups:
-        funcs = {}
-        for name in group:
-            attrs = {
-                "global_symbol": symbols[name],
-                "calling_conv": 1,  # a C function already: MakePackedAPI leaves it as it is
-                PUBLIC_BODY_ATTR: True,
-                OUTLINED_ATTR: True,  # as in the whole module: out of line, own scope
-            }
-            funcs[ir.GlobalVar(symbols[name])] = special[name].with_attrs(attrs)
-        sides.append((tvm.IRModule(funcs, attrs=mod.attrs), [symbols[n] for n in group]))
-    return tvm.IRModule(main, attrs=mod.attrs, global_infos=mod.global_infos), sides
+    return tvm.IRModule(main, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def _build_object(mod: tvm.IRModule, target: tvm.target.Target, path: str) -> None:
+def build_object(mod: tvm.IRModule, target: tvm.target.Target, path: str) -> None:
     """``mod`` built into the object file ``path``, which appears whole or not at all."""
     lib = tvm.tirx.build(mod, target=target, pipeline=cpu_pipeline())
     lib.write_to_file(path + ".part.o")
@@ -306,7 +313,7 @@ def _take(queue: int) -> int | None:
 
 def _work(queue: int, sides, target: tvm.target.Target, paths: list[str]) -> None:
     while (index := _take(queue)) is not None:
-        _build_object(sides[index][0], target, paths[index])
+        build_object(sides[index][0], target, paths[index])
 
 
 def _fork_worker(queue: int, sides, target: tvm.target.Target, paths: list[str]) -> int:
@@ -336,49 +343,92 @@ def _reap(pid: int, deadline: float) -> None:
         time.sleep(0.005)
 
 
-def build_with_side_objects(build_main, mod: tvm.IRModule, target: tvm.target.Target, jobs: int):
+def build_with_side_objects(
+    build_main, mod: tvm.IRModule, target: tvm.target.Target, jobs: int, early=None
+):
     """``build_main(module)`` (the Relax build of this process) while up to ``jobs - 1``
     forked processes build the outlined bodies of ``mod``, in groups taken from a queue that
     this process joins once its own build is done; ``None`` when there is too little to
-    share (the caller builds ``mod`` as it is)."""
-    if jobs < 2 or not hasattr(os, "fork"):
+    share and nothing built early (the caller builds ``mod`` as it is).
+
+    ``early`` (:class:`early_build.EarlyBuilds`): bodies built while the plan was made;
+    those whose code came out as predicted are taken from it, the others built here."""
+    if not hasattr(os, "fork"):
         return None
     calls = call_arguments(mod)
     movable = _movable(mod, calls)
-    sizes = {name: unrolled_size(func.body) for name, func in movable.items()}
-    total = sum(sizes.values())
-    jobs = min(jobs, total // MIN_GROUP_SIZE, len(movable))
-    if jobs < 2:
+    if not movable:
         return None
-    groups = _partition(sizes, jobs)
-    main, sides = _split(mod, groups, target, calls)
-    with tempfile.TemporaryDirectory(prefix="tvm_rtask_build_") as tmp:
-        paths = [os.path.join(tmp, f"bodies_{i}.o") for i in range(len(sides))]
-        queue, feed = os.pipe()
+    special, symbols = _specialised(mod, set(movable), target, calls)
+    claim = early.claim(set(symbols.values())) if early is not None else None
+    try:
+        early_made = (set(claim.ready) | claim.coming) if claim is not None else set()
+        rest = [name for name in movable if symbols[name] not in early_made]
+        sizes = {name: unrolled_size(movable[name].body) for name in rest}
+        jobs = min(jobs, sum(sizes.values()) // MIN_GROUP_SIZE, len(rest))
+        if jobs < 2 and not early_made:
+            return None
+        groups = _partition(sizes, jobs) if jobs >= 2 else [rest] if rest else []
+        sides = [
+            (side_module({symbols[n]: special[n] for n in group}), [symbols[n] for n in group])
+            for group in groups
+        ]
+        main = _calling_by_symbol(mod, symbols)
+        with tempfile.TemporaryDirectory(prefix="tvm_rtask_build_") as tmp:
+            paths = [os.path.join(tmp, f"bodies_{i}.o") for i in range(len(sides))]
+            executable, deadline = _build_sharing(build_main, main, sides, target, paths, jobs)
+            for (side, names), path in zip(sides, paths, strict=True):
+                if not os.path.exists(path):
+                    _log.warning("a build process failed; building its %d bodies here", len(names))
+                    build_object(side, target, path)
+            if claim is not None:
+                paths += _early_objects(claim, deadline, special, symbols, target, tmp)
+            return _with_side_library(executable, paths, tmp)
+    finally:
+        if claim is not None:
+            claim.close()
+
+
+def _build_sharing(build_main, main, sides, target, paths: list[str], jobs: int):
+    """``build_main(main)`` here, and the ``sides`` into ``paths`` by this process and
+    ``jobs - 1`` forked ones; the executable and the deadline for what is still running."""
+    queue, feed = os.pipe()
+    try:
+        os.write(feed, b"".join(i.to_bytes(2, "little") for i in range(len(sides))))
+        os.close(feed)
+        pids = [_fork_worker(queue, sides, target, paths) for _ in range(jobs - 1)]
+        start = time.monotonic()
         try:
-            os.write(feed, b"".join(i.to_bytes(2, "little") for i in range(len(sides))))
-            os.close(feed)
-            pids = [_fork_worker(queue, sides, target, paths) for _ in range(jobs - 1)]
-            start = time.monotonic()
-            try:
-                executable = build_main(main)
-                _work(queue, sides, target, paths)
-            except BaseException:
-                deadline = time.monotonic()  # nothing to wait for: the build failed
-                raise
-            else:
-                waited = max(DEADLINE_FLOOR_S, DEADLINE_FACTOR * (time.monotonic() - start))
-                deadline = time.monotonic() + waited
-            finally:
-                for pid in pids:
-                    _reap(pid, deadline)
+            executable = build_main(main)
+            _work(queue, sides, target, paths)
+        except BaseException:
+            deadline = time.monotonic()  # nothing to wait for: the build failed
+            raise
+        else:
+            waited = max(DEADLINE_FLOOR_S, DEADLINE_FACTOR * (time.monotonic() - start))
+            deadline = time.monotonic() + waited
         finally:
-            os.close(queue)
-        for (side, names), path in zip(sides, paths, strict=True):
-            if not os.path.exists(path):
-                _log.warning("a build process failed; building its %d bodies here", len(names))
-                _build_object(side, target, path)
-        return _with_side_library(executable, paths, tmp)
+            for pid in pids:
+                _reap(pid, deadline)
+    finally:
+        os.close(queue)
+    return executable, deadline
+
+
+def _early_objects(claim, deadline, special, symbols, target, tmp: str) -> list[str]:
+    """The objects the early builder delivered for this module, and the bodies it did not
+    deliver built here."""
+    found = claim.finish(deadline)
+    by_symbol = {symbol: name for name, symbol in symbols.items()}
+    paths = []
+    for symbol in sorted(set(claim.ready) | claim.coming):
+        path = found.get(symbol)
+        if path is None:
+            _log.warning("the early build process did not deliver a body; building it here")
+            path = os.path.join(tmp, f"{symbol}.o")
+            build_object(side_module({symbol: special[by_symbol[symbol]]}), target, path)
+        paths.append(path)
+    return paths
 
 
 def _with_side_library(executable, paths: list[str], tmp: str):
