@@ -45,8 +45,8 @@ _INDEX_BYTES = 4
 
 def predicted_ranges(func: tvm.tirx.PrimFunc, num_rtasks: int) -> dict[int, tuple[int, int]]:
     """The ``(start, step, count)`` arguments' ranges of a body whose ``num_rtasks`` rTasks
-    run one per vEU: start ``0..num_rtasks-1``, step and count 1 (as
-    :func:`parallel_build.argument_ranges` finds them in a wavefront plan's calls)."""
+    run one per vEU: start ``0..num_rtasks-1``, step and count 1 (as the build finds them in
+    a wavefront plan's calls)."""
     first = len(func.params) - 3
     return {first: (0, num_rtasks - 1), first + 1: (1, 1), first + 2: (1, 1)}
 
@@ -146,17 +146,24 @@ def _serve(queue: int, directory: str, predict, target) -> None:
     with _without_instruments(tvm.transform.PassContext.current()):
         while len(data := os.read(queue, _INDEX_BYTES)) == _INDEX_BYTES:
             job = os.path.join(directory, str(int.from_bytes(data, "little")))
-            with open(job + ".job", encoding="utf-8") as f:
-                predicted = predict(f.read())
-            if predicted is None:
-                _write(job + ".sym", "")  # nothing to build: done
-                continue
-            func, num_rtasks = predicted
-            body = body_function(KernelCall(func, []))
-            special = specialise(body, predicted_ranges(body, num_rtasks))
-            symbol = symbol_of(special, target)
-            _write(job + ".sym", symbol)
-            build_object(side_module({symbol: special}), target, _object_path(directory, symbol))
+            try:
+                _build_job(job, directory, predict, target)
+            except Exception:  # noqa: BLE001 - the build makes this body as any other
+                _write(job + ".sym", "")
+
+
+def _build_job(job: str, directory: str, predict, target) -> None:
+    with open(job + ".job", encoding="utf-8") as f:
+        predicted = predict(f.read())
+    if predicted is None:
+        _write(job + ".sym", "")  # nothing to build: done
+        return
+    func, num_rtasks = predicted
+    body = body_function(KernelCall(func, []))
+    special = specialise(body, predicted_ranges(body, num_rtasks))
+    symbol = symbol_of(special, target)
+    _write(job + ".sym", symbol)
+    build_object(side_module({symbol: special}), target, _object_path(directory, symbol))
 
 
 def _write(path: str, text: str) -> None:
@@ -206,11 +213,18 @@ class EarlyBuilds:
         # the objects alive now out of the collector's walks until the claim: a walk writes
         # to every object, and each page written is copied while the builder shares it
         gc.freeze()
-        with warnings.catch_warnings():
-            # Python 3.12+ warns that a fork of a threaded process may deadlock in the
-            # child: the builder only builds, and the build kills it at a deadline
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        try:
+            with warnings.catch_warnings():
+                # Python 3.12+ warns that a fork of a threaded process may deadlock in the
+                # child: the builder only builds, and the build kills it at a deadline
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:  # no process to be had: the build builds everything
+            gc.unfreeze()
+            os.close(queue)
+            os.close(feed)
+            shutil.rmtree(directory, ignore_errors=True)
+            return None
         if pid == 0:  # the builder: leave without running the parent's exit handlers
             code = 1
             try:
