@@ -117,12 +117,7 @@ class CPURKernelMaker(RKernelMaker):
     """
 
     def __init__(
-        self,
-        mod: tvm.IRModule,
-        vdevice: VDevice,
-        tuned,
-        rule_target,
-        rtasks_per_veu: int,
+        self, mod: tvm.IRModule, vdevice: VDevice, tuned, rule_target, rtasks_per_veu: int
     ) -> None:
         self.mod = mod
         self._vdevice = vdevice
