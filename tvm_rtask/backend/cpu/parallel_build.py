@@ -355,9 +355,13 @@ def build_with_side_objects(
     those whose code came out as predicted are taken from it, the others built here."""
     if not hasattr(os, "fork"):
         return None
+    if jobs < 2 and (early is None or early.running_pid() is None):
+        return None  # nothing to share, nothing built early
     calls = call_arguments(mod)
     movable = _movable(mod, calls)
     if not movable:
+        if early is not None:
+            early.claim(set()).close()
         return None
     special, symbols = _specialised(mod, set(movable), target, calls)
     claim = early.claim(set(symbols.values())) if early is not None else None
