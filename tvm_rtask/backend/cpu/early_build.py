@@ -113,10 +113,7 @@ class Claim:
                 break
             if waiting:
                 time.sleep(0.005)
-        if builder.pid:
-            os.kill(builder.pid, signal.SIGKILL)
-            os.waitpid(builder.pid, 0)
-            builder.pid = 0
+        _stop(builder)
         for symbol in self.coming:
             path = _object_path(builder.directory, symbol)
             if os.path.exists(path):
@@ -128,11 +125,16 @@ class Claim:
         builder = self.builder
         if builder is None:
             return
-        if builder.pid:
-            os.kill(builder.pid, signal.SIGKILL)
-            os.waitpid(builder.pid, 0)
-            builder.pid = 0
+        _stop(builder)
         shutil.rmtree(builder.directory, ignore_errors=True)
+
+
+def _stop(builder: _Builder) -> None:
+    """Kill the builder unless it was reaped already, and reap it."""
+    if builder.pid:
+        os.kill(builder.pid, signal.SIGKILL)
+        os.waitpid(builder.pid, 0)
+        builder.pid = 0
 
 
 def _object_path(directory: str, symbol: str) -> str:
