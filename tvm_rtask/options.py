@@ -72,6 +72,10 @@ class RTaskOptions:
     # MetaSchedule work directory whose tuned kernels replace the defaults; None: the shipped
     # record set matching the target (records/sets.py); False or "none": no records
     db: str | bool | None = None
+    # debug: every tensor a kernel writes (intermediates, outputs, arenas) and every
+    # workspace filled with NaN before each call, so that a read of memory no kernel wrote
+    # shows as NaN instead of passing by luck (relax_passes/nan_fill.py)
+    nan_fill: bool = False
     policy_options: dict = field(default_factory=dict)  # the policy's own (ios: r, s, ...)
     # "analytical", "measured" (timed on the device present, cached) or a schedule.CostModel
     cost: Any = "analytical"
@@ -122,6 +126,7 @@ class RTaskOptions:
             "cpu_rules",
             "cuda_rules",
             "cuda_body_functions",
+            "nan_fill",
         ):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):

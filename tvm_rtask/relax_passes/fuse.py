@@ -20,6 +20,7 @@ from ..backend import as_target, get_backend
 from ..errors import remember_errors
 from ..options import RTaskOptions, resolve_options
 from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
+from .fold_pad import FoldPadIntoConv
 from .fold_layout_transforms import FoldConstantLayoutTransforms
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stacked_sum import StackedSumToAdd
@@ -105,6 +106,8 @@ def prepare_pipeline(
         RemoveInferenceDropout(),
         # ONNX Sum (residual adds) as additions that fuse into the producer's epilogue
         StackedSumToAdd(),
+        # an explicit zero pad of a convolution's input as the convolution's own padding
+        FoldPadIntoConv(),
         *target_passes,
         FoldConstantLayoutTransforms(),
         relax.transform.DeadCodeElimination(),

@@ -20,6 +20,7 @@ from ..relax_exprs import constant_array
 from ..tir.common import TensorDecl
 from .dataflow import replace_block, static_shape
 from .extract import ExtractedGraph, extract_graph
+from .nan_fill import FillOutputsWithNaN
 from .plan_rprograms import PLAN_ATTR
 
 
@@ -152,4 +153,5 @@ class LowerRPrograms:
         ]
         main = backend.finish_main(main, calls, options)
         mod["main"] = main
-        return relax.transform.DeadCodeElimination()(relax.transform.Normalize()(mod))
+        mod = relax.transform.DeadCodeElimination()(relax.transform.Normalize()(mod))
+        return FillOutputsWithNaN()(mod) if options.nan_fill else mod

@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_sblock_info
+from tvm.sym import Analyzer, IntervalSet, detect_iter_map
+from tvm.sym.iter_affine_map import IterMapLevel
 from tvm.tirx import IntImm
 
 
@@ -70,16 +73,52 @@ def _leading_spatial_loops(sch: s_tir.Schedule, block) -> list:
     return prefix
 
 
+def gather_covering(sch: s_tir.Schedule) -> tuple[s_tir.Schedule, list] | None:
+    """Every root block of ``sch`` under one spatial loop nest, each block still computing its
+    whole iteration domain: ``(schedule, loops)`` (the schedule is a copy, ``sch`` is left as
+    it is) or None when no placement keeps every block whole.
+
+    The nest is the anchor's (:func:`gather_under_anchor`). ``reverse_compute_at`` computes
+    a moved consumer only over the instances that read what the anchor's loop makes, so an
+    instance that reads none of it is lost: a ``nn.pad`` fused after a convolution writes a
+    border that reads no convolution output, and that border was never written (garbage and
+    NaN in a real model, ``docs/findings.md``, "Unwritten memory"). When a block no longer
+    covers its domain, the nest is the last block's instead and every other block is moved
+    before it with ``compute_at``, which computes the region its consumers need.
+    """
+    for gather in (gather_under_anchor, gather_under_last):
+        trial = sch.copy()
+        try:
+            loops = gather(trial)
+        except s_tir.ScheduleError:
+            continue
+        if loops and all(covers_domain(trial, b) for b in root_blocks_deep(trial)):
+            return trial, loops
+    return None
+
+
 def gather_under_anchor(sch: s_tir.Schedule) -> list | None:
     """Put every root block under the anchor's spatial loops; return those loops or None.
 
     The anchor is the first block that is not injective (the reduction that cannot be
     inlined); consumers are moved after it with ``reverse_compute_at`` and producers before it
-    with ``compute_at``, each at the deepest spatial loop that accepts it.
+    with ``compute_at``, each at the deepest spatial loop that accepts it. A moved consumer
+    may no longer cover its domain: :func:`gather_covering` checks.
     """
     blocks = root_children(sch)
     infos = [get_sblock_info(sch, b) for b in blocks]
     anchor_index = next((i for i, b in enumerate(infos) if not b.is_injective()), 0)
+    return _gather_under(sch, blocks, anchor_index)
+
+
+def gather_under_last(sch: s_tir.Schedule) -> list | None:
+    """Put every root block under the last block's spatial loops with ``compute_at``; return
+    those loops or None. Every block then computes what the last one needs of it."""
+    blocks = root_children(sch)
+    return _gather_under(sch, blocks, len(blocks) - 1)
+
+
+def _gather_under(sch: s_tir.Schedule, blocks: list, anchor_index: int) -> list | None:
     anchor = blocks[anchor_index]
     prefix = _leading_spatial_loops(sch, anchor)
     if not prefix:
@@ -103,6 +142,86 @@ def gather_under_anchor(sch: s_tir.Schedule) -> list | None:
         else:
             return None
     return prefix[:depth]
+
+
+def root_blocks_deep(sch: s_tir.Schedule) -> list:
+    """Every block of ``sch``'s function but the root, outermost first."""
+    return [sch.get_sblock(name) for name in _block_names(sch.mod["main"]) if name != "root"]
+
+
+def _block_names(func: tirx.PrimFunc) -> list[str]:
+    names: list[str] = []
+
+    def visit(block):
+        names.append(str(block.name_hint))
+        return block
+
+    tvm_ffi.structural_map(func.body, (s_tir.SBlock, visit))
+    return names
+
+
+def covers_domain(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block``'s instances under its loops (and predicate) are exactly its whole
+    iteration domain: each iterator's binding over the loops is a dense affine map
+    (TVM's ``detect_iter_map``, surjective: no value skipped inside its range) whose range
+    is the iterator's domain. A binding TVM cannot analyse counts as not covering."""
+    realize = _realize_of(sch, block)
+    if realize is None:
+        return False
+    iter_vars = realize.block.iter_vars
+    if not iter_vars:
+        return True
+    doms = {}
+    for loop in sch.get_loops(block):
+        node = sch.get(loop)
+        doms[node.loop_var] = tvm.ir.Range.from_min_extent(node.min, node.extent)
+    values = list(realize.iter_values)
+    result = detect_iter_map(
+        values, doms, realize.predicate, IterMapLevel.Surjective, simplify_trivial_iterators=False
+    )
+    if len(result.indices) != len(values):
+        return False
+    analyzer = Analyzer()
+    intervals = {v: IntervalSet(r.min, r.min + r.extent - 1) for v, r in doms.items()}
+    for iv, value in zip(iter_vars, values, strict=True):
+        bound = analyzer.int_set(value, intervals)
+        lo, hi = _int(bound.min_value), _int(bound.max_value)
+        first, extent = _int(iv.dom.min), _int(iv.dom.extent)
+        if None in (lo, hi, first, extent) or lo > first or hi < first + extent - 1:
+            return False
+    return True
+
+
+def unwritten_outputs(func: tirx.PrimFunc) -> list[str]:
+    """Blocks of a scheduled ``func`` that write one of its parameters but no longer compute
+    their whole iteration domain (:func:`covers_domain`), by name: after a schedule rule's
+    ``reverse_compute_at``, the part of an output that reads nothing the tile makes (a
+    padding border) is never written. ``[]``: every output block is whole."""
+    sch = s_tir.Schedule(func)
+    params = {id_of(p) for p in func.params}
+    missing = []
+    for block in root_blocks_deep(sch):
+        stmt = sch.get(block)
+        if any(id_of(w.source) in params for w in stmt.writes) and not covers_domain(sch, block):
+            missing.append(str(stmt.name_hint))
+    return missing
+
+
+def _realize_of(sch: s_tir.Schedule, block):
+    target = sch.get(block)
+    found = []
+
+    def visit(realize):
+        if realize.block.same_as(target):
+            found.append(realize)
+        return realize
+
+    tvm_ffi.structural_map(sch.mod["main"].body, (s_tir.SBlockRealize, visit))
+    return found[0] if found else None
+
+
+def _int(expr) -> int | None:
+    return int(expr.value) if isinstance(expr, tirx.IntImm) else None
 
 
 def _buffers(regions) -> set[int]:

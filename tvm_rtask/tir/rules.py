@@ -27,6 +27,8 @@ from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
 from tvm.target import Target
 
+from .common import unwritten_outputs
+
 LOGGER = logging.getLogger("tvm_rtask")
 
 _DATA_PAR = 0  # tirx.IterVar's kind of a spatial iterator
@@ -74,6 +76,9 @@ def try_rules(
             scheduled = result.mod["main"] if isinstance(result, s_tir.Schedule) else result
             if not isinstance(scheduled, tirx.PrimFunc):
                 raise TypeError(f"returned a {type(result).__name__}, not a schedule")
+            unwritten = unwritten_outputs(scheduled)
+            if unwritten:  # a moved epilogue lost part of its domain (a padding border)
+                raise ValueError(f"the schedule leaves part of {', '.join(unwritten)} unwritten")
         except Exception as error:  # a rule must never fail a compile
             LOGGER.warning(
                 "schedule rule %s failed on %s, skipped: %s",

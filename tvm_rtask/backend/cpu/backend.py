@@ -329,7 +329,9 @@ class CPUBackend(Backend):
         else:
             code.waves = waves_from_program(program)
         timeout_us = options.spin_timeout_ms * 1000
-        func = build_cpu_dispatcher(code, barrier=barrier, timeout_us=timeout_us, subroutines=True)
+        func = build_cpu_dispatcher(
+            code, barrier, timeout_us, subroutines=True, nan_fill=options.nan_fill
+        )
         return LoweredProgram(
             func,
             constants=[relax.const(arena_tensor(a, io.constant_values)) for a in weight_arenas],

@@ -410,11 +410,26 @@ def _veu_loop(num_veu: int, per_veu: list[tirx.Stmt], name: str) -> tirx.For:
     return tirx.For(veu, _i32(0), _i32(num_veu), tirx.ForKind.PARALLEL, _seq(branches))
 
 
+def nan_fill_stmt(buffer: tirx.Var) -> tirx.Stmt | None:
+    """Every element of a float ``buffer`` set to NaN (option ``nan_fill``: a workspace that
+    a kernel reads before any kernel wrote it then shows as NaN); None for other dtypes."""
+    dtype = str(buffer.dtype)
+    if not dtype.startswith(("float", "bfloat")):
+        return None
+    kinds = [str(extent.ty) for extent in buffer.shape]
+    loops = [tirx.Var(f"fill{i}", kind) for i, kind in enumerate(kinds)]
+    stmt: tirx.Stmt = tirx.BufferStore(buffer, tirx.const(float("nan"), dtype), loops)
+    for var, kind, extent in reversed(list(zip(loops, kinds, buffer.shape, strict=True))):
+        stmt = tirx.For(var, IntImm(kind, 0), extent, tirx.ForKind.SERIAL, stmt)
+    return stmt
+
+
 def build_cpu_dispatcher(
     code: CPUProgramCode,
     barrier: str = "fine",
     timeout_us: int = 60_000_000,
     subroutines: bool = False,
+    nan_fill: bool = False,
 ) -> tirx.PrimFunc:
     """Stitch the program's rKernels into one PrimFunc with one parallel launch.
 
@@ -423,7 +438,8 @@ def build_cpu_dispatcher(
     function (:func:`body_function`, named by :func:`body_name`, collected in
     ``code.callees``) and every run is a call of it with its rTask range; the caller adds the
     callees to the module. LLVM's time grows faster than linearly with a function, and
-    the copies grow with the vEU count, so this is what the llvm backend builds."""
+    the copies grow with the vEU count, so this is what the llvm backend builds.
+    ``nan_fill``: the workspaces shared by the vEUs filled with NaN before the launch."""
     weights = [t for arena in code.weight_arenas for t, _ in arena.members]
     buffers = {t.name: tensor_buffer(t) for t in (*code.params, *weights, *code.workspaces)}
     views, _ = _arena_views(code.weight_arenas, buffers)
@@ -527,7 +543,8 @@ def build_cpu_dispatcher(
     # to the lowest common ancestor of its uses, which is the parallel vEU loop, and so would
     # silently give every vEU a private copy of the intermediates they exchange.
     # (the pool is checked first, so that a failing call allocates nothing)
-    body = _seq([pre, *(tirx.AllocBuffer(buf) for buf in shared), body])
+    fills = [nan_fill_stmt(buf) for buf in shared] if nan_fill else []
+    body = _seq([pre, *(tirx.AllocBuffer(buf) for buf in shared), *filter(None, fills), body])
     root = s_tir.SBlock([], [], [], "root", body)
     realize = s_tir.SBlockRealize([], True, root)
     params = [buffers[t.name] for t in code.params]

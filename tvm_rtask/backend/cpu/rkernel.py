@@ -13,7 +13,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_sblock_info
 from tvm.s_tir.dlight.base.common_schedules import try_inline
 
-from ...tir.common import gather_under_anchor, root_children
+from ...tir.common import gather_covering, root_children
 from ...tir.rules import LOGGER, one_line, operator_name
 from ...tir.schedule import schedule_of
 from .kernel import CHUNK_ANNOTATION, CPURKernel
@@ -45,7 +45,11 @@ def make_cpu_rkernels(func: tirx.PrimFunc, bounds: Sequence[int]) -> list[CPURKe
         blocks = root_children(sch)
         try_inline(sch, [get_sblock_info(sch, b) for b in blocks])
         whole = sch.mod["main"]
-        loops = gather_under_anchor(sch) if root_children(sch) else None
+        gathered = gather_covering(sch) if root_children(sch) else None
+        if gathered is None:
+            loops = None
+        else:
+            sch, loops = gathered
     except s_tir.ScheduleError:  # blocks TVM will not place under one loop nest
         loops = None
     except Exception as error:  # anything else must not fail a compile either: logged

@@ -26,7 +26,7 @@ from tvm.target import Target
 
 from ...errors import UnsupportedOperator
 from ...tir.analysis import allocated_buffers, buffer_bytes, buffer_elements
-from ...tir.common import gather_under_anchor, root_children
+from ...tir.common import gather_covering, root_children
 from ...tir.schedule import schedule_of
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -104,9 +104,10 @@ def schedule_serial_reduction(func: tirx.PrimFunc, threads: int) -> tirx.PrimFun
     sch = schedule_of(func)
     try:
         try_inline(sch, [get_sblock_info(sch, b) for b in root_children(sch)])
-        loops = gather_under_anchor(sch)
-        if not loops:
+        gathered = gather_covering(sch)
+        if gathered is None:
             return None
+        sch, loops = gathered
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         bx, tx = sch.split(fused, [None, threads])
         sch.bind(bx, "blockIdx.x")
