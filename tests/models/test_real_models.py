@@ -142,6 +142,57 @@ def test_reduced_model_matches_onnxruntime(name, reference):
     assert_outputs_match(run_executable(ex, inputs), expected, name)
 
 
+FUSIONS = ("fuseops", "stitch", "none")
+LAYOUTS = ("nchwc", "nchw")
+POLICIES = ("wavefront", "sequential", "ios", "opara", "wavefront_global")
+
+
+def _options(i: int) -> dict:
+    """The i-th of every fusion x layout x policy x vEU count, with the NaN fill: any read
+    of memory no kernel wrote shows as NaN."""
+    fusion, layout, policy, veus = (
+        FUSIONS[i % 3],
+        LAYOUTS[(i // 3) % 2],
+        POLICIES[(i // 6) % 5],
+        (2, 1)[(i // 30) % 2],
+    )
+    return {"fusion": fusion, "cpu_layout": layout, "policy": policy, "num_veu": veus}
+
+
+def _option_cases():
+    """CI: each model under one combination, chosen so that the 15 models together meet
+    every fusion, layout and policy (model k takes fusion k % 3 and policy k % 5: 15
+    distinct pairs); ``slow``: every model under all 60 combinations."""
+    cases = []
+    for k, name in enumerate(REAL_MODELS):
+        ci = k % 3 + 3 * ((k // 3) % 2) + 6 * (k % 5) + 30 * (k % 2)
+        for i in range(60):
+            marks = [] if i == ci else [pytest.mark.slow]
+            cases.append(pytest.param(name, _options(i), marks=marks, id=f"{name}-{i}"))
+    return cases
+
+
+@pytest.mark.parametrize("name, options", _option_cases())
+def test_reduced_model_matches_onnxruntime_under_options(name, options, reference):
+    """Every option a user can set changes what is built: each combination against ONNX
+    Runtime, with every tensor and workspace NaN before each call, called twice (the second
+    call meets what the first left in memory)."""
+    model, inputs, expected = reference(name)
+    ex = tvm_rtask.compile(model, "llvm", nan_fill=True, **options)
+    for _ in range(2):
+        assert_outputs_match(run_executable(ex, inputs), expected, (name, options))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_full_size_model_matches_onnxruntime_with_nan_fill(name):
+    model = load_real_model(name, "full", seed=0)
+    inputs = sample_inputs(model, seed=1)
+    expected = onnxruntime_outputs(model, inputs)
+    ex = tvm_rtask.compile(model, "llvm", nan_fill=True)
+    assert_outputs_match(run_executable(ex, inputs), expected, name)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", REAL_MODELS)
 def test_reduced_model_builds_for_cuda_sm90(name, tmp_path):
