@@ -15,6 +15,8 @@ CPU step-array primitives that TVM-generated code calls with ``T.call_extern``:
   tvm_rtask_cpu_pool_configured(void)``: set / read the calling thread's "pool sized by
   tvm-rtask" flag (:mod:`tvm_rtask.backend.cpu.threads`)
 - ``const char* tvm_rtask_runtime_version(void)``
+- ``tvm_rtask_trace_*`` (``src/trace.c``): the timeline of kernels built with ``trace=True``
+  (:mod:`tvm_rtask.runtime.trace`)
 
 :func:`load` opens it once with ``RTLD_GLOBAL``, so that its symbols resolve for TVM's LLVM
 JIT (``tvm.compile(..., target="llvm")``) and for modules loaded later with
@@ -184,6 +186,19 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.tvm_rtask_cpu_pool_configured.restype = i32
     lib.tvm_rtask_runtime_version.argtypes = []
     lib.tvm_rtask_runtime_version.restype = ctypes.c_char_p
+    # the timeline of traced kernels (src/trace.c, runtime/trace.py)
+    lib.tvm_rtask_trace_reset.argtypes = [i64]
+    lib.tvm_rtask_trace_reset.restype = i32
+    lib.tvm_rtask_trace_begin.argtypes = []
+    lib.tvm_rtask_trace_begin.restype = i32
+    lib.tvm_rtask_trace_end.argtypes = [i32, i32, i32, i32, i32]
+    lib.tvm_rtask_trace_end.restype = i32
+    lib.tvm_rtask_trace_count.argtypes = []
+    lib.tvm_rtask_trace_count.restype = i64
+    lib.tvm_rtask_trace_dropped.argtypes = []
+    lib.tvm_rtask_trace_dropped.restype = i64
+    lib.tvm_rtask_trace_copy.argtypes = [ctypes.POINTER(i64), i64]
+    lib.tvm_rtask_trace_copy.restype = i64
 
 
 def load() -> ctypes.CDLL:

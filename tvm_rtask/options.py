@@ -76,6 +76,9 @@ class RTaskOptions:
     # workspace filled with NaN before each call, so that a read of memory no kernel wrote
     # shows as NaN instead of passing by luck (relax_passes/nan_fill.py)
     nan_fill: bool = False
+    # each vEU records when each rTask and each wait started and ended, and each rProgram
+    # call its span, into the timeline read after the call (runtime/trace.py; llvm)
+    trace: bool = False
     policy_options: dict = field(default_factory=dict)  # the policy's own (ios: r, s, ...)
     # "analytical", "measured" (timed on the device present, cached) or a schedule.CostModel
     cost: Any = "analytical"
@@ -127,6 +130,7 @@ class RTaskOptions:
             "cuda_rules",
             "cuda_body_functions",
             "nan_fill",
+            "trace",
         ):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):

@@ -104,6 +104,12 @@ class GanttLayout:
     legend: list[LegendEntry]
     concurrency: list[tuple[float, int]] = field(default_factory=list)
     """``(t, n)``: from ``t`` on, ``n`` operators run (all vEUs), until the next point."""
+    measured: bool = False
+    """A measured timeline (``runtime.trace``), not the simulation."""
+
+    @property
+    def time_axis(self) -> str:
+        return "time (us, measured)" if self.measured else "time (us, simulated)"
 
     @property
     def hidden_veus(self) -> int:
@@ -218,12 +224,17 @@ def gantt_layout(
     window: tuple[float, float] | None = None,
     program: int | None = None,
     max_veus: int | None = None,
+    timing: PlanTiming | None = None,
 ) -> GanttLayout:
-    """Simulate a plan and lay its Gantt chart out (see the module's doc for the options)."""
+    """Simulate a plan and lay its Gantt chart out (see the module's doc for the options).
+    ``timing``: a measured timeline of the plan (``runtime.trace.Timeline.timing()``) drawn
+    instead of the simulation."""
     _check_options(color_by, labels, max_veus)
     steps, graph, vdevice, title = _steps_of(plan_or_program, graph, vdevice, title)
     sync = plan_or_program.sync if isinstance(plan_or_program, Plan) else "steps"
-    timing = simulate(steps, graph, vdevice, cost or AnalyticalCostModel(), sync)
+    measured = timing is not None
+    if timing is None:
+        timing = simulate(steps, graph, vdevice, cost or AnalyticalCostModel(), sync)
     (t0, t1), zoom = _window(timing, window, program)
     n = vdevice.num_veu
     veus = list(range(n if max_veus is None else min(n, max_veus)))
@@ -293,7 +304,8 @@ def gantt_layout(
 
     s = timing.summary()
     heading = (
-        f"{title}: {s['total_us']:.1f} us simulated (ideal {s['ideal_us']:.1f}), "
+        f"{title}: {s['total_us']:.1f} us {'measured' if measured else 'simulated'} "
+        f"(ideal {s['ideal_us']:.1f}), "
         f"{s['launches']} launches, {s['barriers']} barriers, "
         f"utilisation {100 * s['utilisation']:.0f}%"
     )
@@ -317,6 +329,7 @@ def gantt_layout(
         kinds=kinds,
         legend=legend,
         concurrency=concurrency,
+        measured=measured,
     )
     busy = sum(op_time.values())
     waited = sum(layout.wait_us(v) for v in veus)

@@ -31,6 +31,7 @@ def gantt_figure(
     program: int | None = None,
     max_veus: int | None = None,
     concurrency: bool = True,
+    timing: PlanTiming | None = None,
     width: float = 14.0,
 ):
     """The matplotlib ``Figure`` of :func:`gantt` (Agg canvas attached) and its layout.
@@ -54,6 +55,7 @@ def gantt_figure(
         window=window,
         program=program,
         max_veus=max_veus,
+        timing=timing,
     )
     t0, t1 = lay.window
     rows = len(lay.veus)
@@ -174,10 +176,10 @@ def gantt_figure(
         ax2.set_ylabel("ops\nrunning", fontsize=8)
         ax2.tick_params(labelsize=8)
         ax2.grid(axis="y", color="0.85", lw=0.5)
-        ax2.set_xlabel("time (us, simulated)")
+        ax2.set_xlabel(lay.time_axis)
         ax2.set_xlim(t0, t1)
     else:
-        ax.set_xlabel("time (us, simulated)")
+        ax.set_xlabel(lay.time_axis)
 
     handles = []
     for e in lay.legend:
@@ -251,6 +253,7 @@ def gantt(
     program: int | None = None,
     max_veus: int | None = None,
     concurrency: bool = True,
+    timing: PlanTiming | None = None,
 ) -> PlanTiming:
     """Write a Gantt chart of the simulated run of a plan (or one rProgram) to ``path``:
     a PNG, or the hover SVG of :func:`gantt_svg` where ``path`` ends in ``.svg``.
@@ -259,10 +262,18 @@ def gantt(
     analytical model. ``color_by``: ``"operator"`` (the ``labels`` largest operators in
     distinct colours, the others pale by kind), ``"kind"`` or ``"wave"``; ``window=(t0_us,
     t1_us)`` or ``program=k`` (the k-th rProgram) zooms; ``max_veus`` caps the rows drawn;
-    ``concurrency`` adds the strip counting operators running side by side. Returns the
-    simulated timing.
+    ``concurrency`` adds the strip counting operators running side by side; ``timing``, a
+    measured timeline (``runtime.trace``), is drawn instead of the simulation. Returns the
+    timing drawn.
     """
-    opts = dict(color_by=color_by, labels=labels, window=window, program=program, max_veus=max_veus)
+    opts = dict(
+        color_by=color_by,
+        labels=labels,
+        window=window,
+        program=program,
+        max_veus=max_veus,
+        timing=timing,
+    )
     if os.fspath(path).lower().endswith(".svg"):
         return gantt_svg(
             plan_or_program, path, graph, vdevice, cost, title, concurrency=concurrency, **opts

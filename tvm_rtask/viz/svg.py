@@ -42,6 +42,7 @@ def gantt_svg(
     program: int | None = None,
     max_veus: int | None = None,
     concurrency: bool = True,
+    timing: PlanTiming | None = None,
     width: int = 1400,
 ) -> PlanTiming:
     """Write a self-contained SVG Gantt chart: the chart of :func:`gantt`, in which each
@@ -59,6 +60,7 @@ def gantt_svg(
         window=window,
         program=program,
         max_veus=max_veus,
+        timing=timing,
     )
     with open(os.fspath(path), "w", encoding="utf-8") as f:
         f.write(_svg(lay, width, concurrency))
@@ -209,7 +211,7 @@ def _svg(lay: GanttLayout, width: int, concurrency: bool) -> str:
         )
     out.append(
         f'<text x="{left + pw / 2:.2f}" y="{axis_y + 34:.2f}" text-anchor="middle">'
-        f"time (us, simulated; {us_px:.3g} us per pixel)</text>"
+        f"{lay.time_axis[:-1]}; {us_px:.3g} us per pixel)</text>"
     )
     # legend
     lx = left + pw + 20

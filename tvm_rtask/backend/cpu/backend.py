@@ -318,6 +318,9 @@ class CPUBackend(Backend):
             calls=calls,
             num_veu=program.num_veu,
         )
+        if options.trace:
+            code.trace_program = next(k for k, s in enumerate(plan.steps) if s is program)
+            code.op_ids = {name: plan.graph.index(name) for name in program.ops()}
         tensors = {t.name: t for t in (*io.inputs, *io.outputs, *io.workspaces)}
         ops = [plan.graph.op(name) for name in program.ops()]
         elide = concat_views(ops, tensors, [t.name for t in io.workspaces])

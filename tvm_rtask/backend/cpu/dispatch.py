@@ -107,6 +107,14 @@ class CPUProgramCode:
     elided: set[str] = field(default_factory=set)
     # filled by build_cpu_dispatcher(subroutines=True): the body functions it calls, by name
     callees: dict[str, tirx.PrimFunc] = field(default_factory=dict)
+    # option trace: the rProgram's index in the plan's steps and each operator's index in
+    # the plan's graph, written into the timeline's records (runtime/trace.py); None: untraced
+    trace_program: int | None = None
+    op_ids: dict[str, int] = field(default_factory=dict)
+
+
+# kinds of the timeline's records (src/trace.c)
+TRACE_RTASK, TRACE_WAIT, TRACE_PROGRAM = 0, 1, 2
 
 
 def _i32(value: int) -> IntImm:
@@ -470,26 +478,44 @@ def build_cpu_dispatcher(
     def load(buf, i):
         return tirx.BufferLoad(buf, [_i32(i)])
 
+    traced = code.trace_program is not None
+
+    def timed(stmt: tirx.Stmt, kind: int, veu: int, a: int, b: int) -> tirx.Stmt:
+        """``stmt`` between the timeline's begin and end calls (option ``trace``)."""
+        if not traced:
+            return stmt
+        args = [_i32(kind), _i32(code.trace_program), _i32(veu), _i32(a), _i32(b)]
+        return _seq([_call("tvm_rtask_trace_begin"), stmt, _call("tvm_rtask_trace_end", *args)])
+
+    def run_stmts(item: Run, veu: int) -> list[tirx.Stmt]:
+        if not traced:
+            return [instantiate(code.calls[item.op], item)]
+        # traced: one call per rTask, so that each has its own start and end
+        op_id = code.op_ids[item.op]
+        return [
+            timed(instantiate(code.calls[item.op], Run(item.op, r)), TRACE_RTASK, veu, op_id, r)
+            for r in item.ids()
+        ]
+
     def runs(script, veu):
         stmts = []
         for item in script:
             if isinstance(item, Run):
                 if item.op in code.elided:
                     continue
-                stmts.append(instantiate(code.calls[item.op], item))
+                stmts += run_stmts(item, veu)
             elif isinstance(item, Wait):
                 for u, count in item.pairs:
-                    stmts.append(
-                        _call(
-                            "tvm_rtask_cpu_wait",
-                            tirx.address_of(load(step, u)),
-                            _i32(count),
-                            tirx.address_of(load(status, 0)),
-                            IntImm("int64", timeout_us),
-                            _i32(veu),
-                            _i32(u),
-                        )
+                    wait = _call(
+                        "tvm_rtask_cpu_wait",
+                        tirx.address_of(load(step, u)),
+                        _i32(count),
+                        tirx.address_of(load(status, 0)),
+                        IntImm("int64", timeout_us),
+                        _i32(veu),
+                        _i32(u),
                     )
+                    stmts.append(timed(wait, TRACE_WAIT, veu, u, count))
             elif isinstance(item, Signal):
                 stmts.append(
                     _call(
@@ -544,6 +570,7 @@ def build_cpu_dispatcher(
     # silently give every vEU a private copy of the intermediates they exchange.
     # (the pool is checked first, so that a failing call allocates nothing)
     fills = [nan_fill_stmt(buf) for buf in shared] if nan_fill else []
+    body = timed(body, TRACE_PROGRAM, -1, 0, 0)  # the launch and join included
     body = _seq([pre, *(tirx.AllocBuffer(buf) for buf in shared), *filter(None, fills), body])
     root = s_tir.SBlock([], [], [], "root", body)
     realize = s_tir.SBlockRealize([], True, root)

@@ -279,6 +279,11 @@ class CUDABackend(Backend):
                 "use barrier='counter' (dependency counters, the default) or 'fine' (step "
                 "arrays), or policy='wavefront_global' for a barrier between waves"
             )
+        if options.trace:
+            raise OptionError(
+                "trace=True is implemented on llvm only: the CUDA timeline (%globaltimer into "
+                "a device buffer, the same records) is not built yet"
+            )
         cuda = CUDAOptions.parse(options, self.target)
         get_spec(cuda.device)  # an unknown name raises
         return cuda
