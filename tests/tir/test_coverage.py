@@ -19,17 +19,12 @@ import tvm
 from tvm import relax, s_tir
 from tvm.s_tir.dlight.analysis import get_sblock_info
 from tvm.s_tir.dlight.base.common_schedules import try_inline
+from tvm.script import tirx as T
 
 import tvm_rtask
 from tvm_rtask.relax_passes.fuse import prepare_pipeline
-from tvm_rtask.tir.common import (
-    covers_domain,
-    gather_covering,
-    gather_under_anchor,
-    root_blocks_deep,
-    root_children,
-    unwritten_outputs,
-)
+from tvm_rtask.tir.common import gather_covering, gather_under_anchor, root_children
+from tvm_rtask.tir.coverage import covers_domain, uncovered_blocks, unwritten_outputs
 
 RNG = np.random.default_rng(7)
 
@@ -93,7 +88,7 @@ def test_gather_covering_places_every_block_whole():
     sch2, loops = gather_covering(sch)
     assert loops
     assert sch.mod["main"].same_as(before)  # the schedule it was given is left as it was
-    assert all(covers_domain(sch2, b) for b in root_blocks_deep(sch2))
+    assert uncovered_blocks(sch2.mod["main"]) == []
     assert unwritten_outputs(sch2.mod["main"]) == []
 
 
@@ -160,3 +155,49 @@ def test_conv_silu_pad_matches_tvm_with_nan_fill(options, then_conv):
         actual = vm["main"](tvm.runtime.tensor(x)).numpy()
         assert not np.isnan(actual).any()
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+# Hand-written schedules of the shapes the CPU rules emit: a last tile that overlaps the one
+# before it (min), a loop split into a main part and a tail (two blocks), and a tail missing.
+
+
+@T.prim_func(private=True, s_tir=True)
+def overlapping_last_tile(x: T.Buffer((121,), "float32"), y: T.Buffer((121,), "float32")):
+    for t, i in T.grid(4, 32):
+        with T.sblock("tile"):
+            v = T.axis.spatial(121, T.min(t * 32, 89) + i)
+            y[v] = x[v]
+
+
+@T.prim_func(private=True, s_tir=True)
+def main_part_and_tail(x: T.Buffer((121,), "float32"), y: T.Buffer((121,), "float32")):
+    for t, i in T.grid(3, 32):
+        with T.sblock("main"):
+            v = T.axis.spatial(121, t * 32 + i)
+            y[v] = x[v]
+    for i in range(25):
+        with T.sblock("tail"):
+            v = T.axis.spatial(121, 96 + i)
+            y[v] = x[v]
+
+
+@T.prim_func(private=True, s_tir=True)
+def tail_missing(x: T.Buffer((121,), "float32"), y: T.Buffer((121,), "float32")):
+    for t, i in T.grid(3, 32):
+        with T.sblock("main"):
+            v = T.axis.spatial(121, t * 32 + i)
+            y[v] = x[v]
+
+
+def test_an_overlapping_last_tile_covers_its_domain():
+    assert uncovered_blocks(overlapping_last_tile) == []
+    assert unwritten_outputs(overlapping_last_tile) == []
+
+
+def test_a_main_part_and_a_tail_write_the_output_together():
+    assert sorted(uncovered_blocks(main_part_and_tail)) == ["main", "tail"]
+    assert unwritten_outputs(main_part_and_tail) == []
+
+
+def test_a_missing_tail_is_an_unwritten_output():
+    assert unwritten_outputs(tail_missing) == ["main"]

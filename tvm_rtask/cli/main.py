@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ from .build import (
     target_kind,
 )
 from .errors import DEBUG_ENV, CLIError, first_line
-from .inputs import FILL_MODES, parse_shapes, read_inputs, save_outputs
+from .inputs import FILL_MODES, arrange_inputs, parse_shapes, read_inputs, save_outputs
 from .paths import check_directory, check_writable
 from .profile import (
     COST_CHOICES,
@@ -237,6 +238,70 @@ def emit_source(ex, model: LoadedModel, directory: str) -> list[str]:
     return written
 
 
+def cmd_trace(args) -> int:
+    """Compile with trace=True, run warm, trace one call: the breakdown, the cost model's
+    error per operator, and the measured and simulated Gantt charts."""
+    _check_files((args.json, "--json"), (args.gantt, "--gantt"), (args.simulated, "--simulated"))
+    if args.gantt or args.simulated:
+        require_gantt()
+    target = check_target(parse_target(args.target))
+    if target_kind(target) != "llvm":
+        raise CLIError("trace runs on llvm targets only (the CUDA timeline is not built yet)")
+    options = check_options({**_options_from(args), "trace": True})
+    _check_measured(options, target, args)
+    parse_shapes(args.input_shapes)
+    model = _load_from_args(args)
+    import tvm
+    from tvm import relax
+
+    import tvm_rtask
+
+    from ..runtime.trace import trace_call
+
+    ex, plan = tvm_rtask.compile_with_plan(model.mod, target, **options)
+    inputs = arrange_inputs([i.to_dict() for i in model.inputs], {}, "random", args.seed)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    tensors = [tvm.runtime.tensor(a) for a in inputs]
+    timeline = trace_call(lambda: vm["main"](*tensors), plan, warmup=args.warmup)
+    print(format_breakdown(f"{model.name}: {plan.policy}", timeline))
+    if args.json:
+        timeline.save(args.json)
+        print(f"timeline -> {args.json}")
+    title = f"{model.name}: {plan.policy}"
+    if args.gantt:
+        require_gantt()(plan, args.gantt, title=title, timing=timeline.timing())
+        print(f"measured gantt chart -> {args.gantt}")
+    if args.simulated:
+        require_gantt()(plan, args.simulated, title=title)
+        print(f"simulated gantt chart -> {args.simulated}")
+    return 0
+
+
+def format_breakdown(title: str, timeline, top: int = 8) -> str:
+    """The timeline's breakdown as lines a person reads: total, shares of vEU time, the
+    rPrograms, and the operators the cost model misjudges most."""
+    b = timeline.breakdown()
+    share = ", ".join(f"{k} {100 * v:.1f}%" for k, v in b["share"].items())
+    lines = [f"{title}: {b['total_us']:.1f} us measured; vEU time: {share}"]
+    for p in b["programs"]:
+        busy = "/".join(f"{x:.0f}" for x in p["busy_us"])
+        wait = "/".join(f"{x:.0f}" for x in p["wait_us"])
+        idle = "/".join(f"{x:.0f}" for x in p["idle_us"])
+        lines.append(
+            f"  {p['name']}: {p['wall_us']:.1f} us ({p['rtasks']} rTasks, {p['waits']} waits); "
+            f"per vEU busy {busy}, waiting {wait}, idle {idle} us"
+        )
+    errors = timeline.operator_errors()
+    worst = sorted(errors.items(), key=lambda kv: -abs(math.log(max(kv[1]["ratio"], 1e-9))))
+    if worst:
+        lines.append("  cost model / measured, per rTask (worst first):")
+    for op, e in worst[:top]:
+        lines.append(
+            f"    {op}: {e['simulated_us']:.1f} / {e['measured_us']:.1f} us = {e['ratio']:.2f}"
+        )
+    return "\n".join(lines)
+
+
 def cmd_run(args) -> int:
     _check_files((args.outputs, "-o"))
     result = run_artifact(
@@ -419,6 +484,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, help="CPU threads (default: the artifact's vEUs)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "trace",
+        help="compile with trace=True and record one warm call: where the time goes in each "
+        "rProgram, the cost model's error per operator, measured and simulated Gantt charts",
+    )
+    _model_args(p)
+    _option_args(p)
+    p.add_argument("--warmup", type=int, default=3, help="untraced calls first (default 3)")
+    p.add_argument("--json", metavar="JSON", help="write the timeline (records and plan) here")
+    p.add_argument("--gantt", metavar="PNG", help="Gantt chart of the measured call (.png/.svg)")
+    p.add_argument("--simulated", metavar="PNG", help="Gantt chart of the simulated plan")
+    p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("plan", help="plan a model and print a summary table (no build)")
     _model_args(p)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_sblock_info
-from tvm.sym import Analyzer, IntervalSet, detect_iter_map
-from tvm.sym.iter_affine_map import IterMapLevel
 from tvm.tirx import IntImm
+
+from .coverage import uncovered_blocks
 
 
 @dataclass
@@ -92,7 +91,7 @@ def gather_covering(sch: s_tir.Schedule) -> tuple[s_tir.Schedule, list] | None:
             loops = gather(trial)
         except s_tir.ScheduleError:
             continue
-        if loops and all(covers_domain(trial, b) for b in root_blocks_deep(trial)):
+        if loops and not uncovered_blocks(trial.mod["main"]):
             return trial, loops
     return None
 
@@ -142,86 +141,6 @@ def _gather_under(sch: s_tir.Schedule, blocks: list, anchor_index: int) -> list 
         else:
             return None
     return prefix[:depth]
-
-
-def root_blocks_deep(sch: s_tir.Schedule) -> list:
-    """Every block of ``sch``'s function but the root, outermost first."""
-    return [sch.get_sblock(name) for name in _block_names(sch.mod["main"]) if name != "root"]
-
-
-def _block_names(func: tirx.PrimFunc) -> list[str]:
-    names: list[str] = []
-
-    def visit(block):
-        names.append(str(block.name_hint))
-        return block
-
-    tvm_ffi.structural_map(func.body, (s_tir.SBlock, visit))
-    return names
-
-
-def covers_domain(sch: s_tir.Schedule, block) -> bool:
-    """Whether ``block``'s instances under its loops (and predicate) are exactly its whole
-    iteration domain: each iterator's binding over the loops is a dense affine map
-    (TVM's ``detect_iter_map``, surjective: no value skipped inside its range) whose range
-    is the iterator's domain. A binding TVM cannot analyse counts as not covering."""
-    realize = _realize_of(sch, block)
-    if realize is None:
-        return False
-    iter_vars = realize.block.iter_vars
-    if not iter_vars:
-        return True
-    doms = {}
-    for loop in sch.get_loops(block):
-        node = sch.get(loop)
-        doms[node.loop_var] = tvm.ir.Range.from_min_extent(node.min, node.extent)
-    values = list(realize.iter_values)
-    result = detect_iter_map(
-        values, doms, realize.predicate, IterMapLevel.Surjective, simplify_trivial_iterators=False
-    )
-    if len(result.indices) != len(values):
-        return False
-    analyzer = Analyzer()
-    intervals = {v: IntervalSet(r.min, r.min + r.extent - 1) for v, r in doms.items()}
-    for iv, value in zip(iter_vars, values, strict=True):
-        bound = analyzer.int_set(value, intervals)
-        lo, hi = _int(bound.min_value), _int(bound.max_value)
-        first, extent = _int(iv.dom.min), _int(iv.dom.extent)
-        if None in (lo, hi, first, extent) or lo > first or hi < first + extent - 1:
-            return False
-    return True
-
-
-def unwritten_outputs(func: tirx.PrimFunc) -> list[str]:
-    """Blocks of a scheduled ``func`` that write one of its parameters but no longer compute
-    their whole iteration domain (:func:`covers_domain`), by name: after a schedule rule's
-    ``reverse_compute_at``, the part of an output that reads nothing the tile makes (a
-    padding border) is never written. ``[]``: every output block is whole."""
-    sch = s_tir.Schedule(func)
-    params = {id_of(p) for p in func.params}
-    missing = []
-    for block in root_blocks_deep(sch):
-        stmt = sch.get(block)
-        if any(id_of(w.source) in params for w in stmt.writes) and not covers_domain(sch, block):
-            missing.append(str(stmt.name_hint))
-    return missing
-
-
-def _realize_of(sch: s_tir.Schedule, block):
-    target = sch.get(block)
-    found = []
-
-    def visit(realize):
-        if realize.block.same_as(target):
-            found.append(realize)
-        return realize
-
-    tvm_ffi.structural_map(sch.mod["main"].body, (s_tir.SBlockRealize, visit))
-    return found[0] if found else None
-
-
-def _int(expr) -> int | None:
-    return int(expr.value) if isinstance(expr, tirx.IntImm) else None
 
 
 def _buffers(regions) -> set[int]:

@@ -27,7 +27,7 @@ from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
 from tvm.target import Target
 
-from .common import unwritten_outputs
+from .coverage import unwritten_outputs
 
 LOGGER = logging.getLogger("tvm_rtask")
 
