@@ -36,3 +36,36 @@ def test_plan_checks_options_before_any_work():
 def test_policy_options_reach_plan():
     plan = tvm_rtask.plan(TwoBranches, "llvm", policy="ios", num_veu=2, r=1)
     assert plan.policy_options["r"] == 1
+
+
+def test_a_replan_and_the_builds_fallbacks_are_in_the_plan_returned(monkeypatch):
+    """The backend asks for one more plan (as CUDA does after a spill): the plan returned
+    lists the replan, and a fallback the build takes is added to it (to a copy: the Plan
+    that Plan.from_json shares for the module's JSON keeps only planning's)."""
+    from tvm_rtask.backend.cpu.backend import CPUBackend
+    from tvm_rtask.core import Plan
+    from tvm_rtask.fallbacks import BUILT_LATE, REPLANNED, note_fallback
+    from tvm_rtask.relax_passes import PLAN_ATTR
+
+    asked = []
+
+    def replan_once(self, plan, options, given=frozenset()):
+        asked.append(plan.vdevice.num_veu)
+        return {"num_veu": 1} if len(asked) == 1 else None
+
+    build = CPUBackend.build
+
+    def build_late(self, lowered, plan, options):
+        note_fallback(BUILT_LATE, "fused_body", "a test says so")
+        return build(self, lowered, plan, options)
+
+    monkeypatch.setattr(CPUBackend, "replan_options", replan_once)
+    monkeypatch.setattr(CPUBackend, "build", build_late)
+    _, plan = tvm_rtask.compile_with_plan(TwoBranches, "llvm", num_veu=2)
+    assert asked == [2, 1] and plan.vdevice.num_veu == 1
+    kinds = [f["kind"] for f in plan.report()["fallbacks"]]
+    assert kinds.count(BUILT_LATE) == 1 and kinds[-1] == REPLANNED
+    (replan,) = [f for f in plan.fallbacks if f["kind"] == REPLANNED]
+    assert replan["subject"] == "the llvm plan" and "{'num_veu': 1}" in replan["reason"]
+    lowered = tvm_rtask.lower(TwoBranches, "llvm", num_veu=1)
+    assert Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True).fallbacks == []

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "tvm_rtask"
 
 # Lowest first. A package may import from its own layer and the layers below it.
 LAYERS = [
-    ["errors"],
+    ["errors", "fallbacks"],
     ["core", "frontend", "records", "native", "progress"],
     ["policies", "options"],  # pure Python: policies, cost models, the options they check
     ["tir", "viz", "relax_exprs"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+from dataclasses import replace
 
 import tvm
 
@@ -12,8 +12,10 @@ from .backend.base import build_follows
 from .backend.cuda.source import cuda_source
 from .core import Plan
 from .errors import PlanError, run_keeping_errors
+from .fallbacks import REPLANNED, collecting_fallbacks, note_fallback
 from .options import RTaskOptions
 from .relax_passes import PLAN_ATTR, rtask_pipeline
+from .relax_passes.fallback_notes import merge_notes
 from .relax_passes.pipeline import RTaskPipeline
 from .runtime import profiler as _profiler  # noqa: F401 - registers cost="measured"
 from .runtime.config import register_config_options
@@ -68,21 +70,28 @@ def compile_with_plan(
 
     When the backend finds the built kernels wanting (CUDA: a persistent kernel spills
     registers, option ``spills="replan"``), it is planned and built again with the options
-    the backend asks for, at most ``MAX_REPLANS`` times; each time is logged."""
+    the backend asks for, at most ``MAX_REPLANS`` times; each time is a fallback, noted and
+    listed in the returned plan's ``fallbacks``."""
     tvm_target = as_target(target)
     backend = get_backend(tvm_target)
     given = frozenset(k for k, v in options.items() if v is not None)
+    replans: list[dict] = []
     with build_follows():
         for _ in range(MAX_REPLANS):
             ex, plan = build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
             more = backend.replan_options(plan, RTaskOptions.from_dict(plan.options), given)
             if not more:
-                return ex, plan
-            logging.getLogger("tvm_rtask").info(
-                "planning again with %s: %s", more, _why_replanned(plan)
-            )
+                return ex, _with_fallbacks(plan, replans)
+            with collecting_fallbacks() as noted:
+                note_fallback(
+                    REPLANNED,
+                    f"the {tvm_target.kind.name} plan",
+                    f"planned again with {more}: {_why_replanned(plan)}",
+                )
+            replans += noted
             options = {**options, **more}
-        return build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
+        ex, plan = build(lower(mod, tvm_target, policy, barrier, **options), tvm_target)
+        return ex, _with_fallbacks(plan, replans)
 
 
 # A CUDA plan goes from 4 to 1 vEU per SM in 3 steps at most.
@@ -114,12 +123,23 @@ def lower(
 
 
 def build(lowered: tvm.IRModule, target="llvm"):
-    """Build a module from :func:`lower` for ``target``: ``(executable, plan)``."""
+    """Build a module from :func:`lower` for ``target``: ``(executable, plan)``. The plan's
+    ``fallbacks`` (``report()["fallbacks"]``) are those of planning, then the build's own
+    (an llvm body the early build did not deliver, built late)."""
     tvm_target = as_target(target)
     if lowered.attrs is None or PLAN_ATTR not in lowered.attrs:
         raise PlanError("build needs a module from tvm_rtask.lower (it has no rtask.plan)")
     planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True)
     options = RTaskOptions.from_dict(planned.options)
     progress.log_plan(planned, "build")
-    with progress.stage("build"):
-        return get_backend(tvm_target).build(lowered, planned, options), planned
+    # the build's fallbacks come after the plan is in the module: added to the Plan returned
+    with progress.stage("build"), collecting_fallbacks() as notes:
+        ex = get_backend(tvm_target).build(lowered, planned, options)
+    return ex, _with_fallbacks(planned, notes)
+
+
+def _with_fallbacks(plan: Plan, notes: list[dict]) -> Plan:
+    """``plan`` with ``notes`` after its own fallbacks: a copy, as ``plan`` may be the one
+    ``Plan.from_json`` shares (itself when there is nothing to add)."""
+    merged = merge_notes(plan.fallbacks, notes)
+    return plan if merged == plan.fallbacks else replace(plan, fallbacks=merged)

@@ -86,6 +86,8 @@ def _drive_compile(args) -> int:
 
 def _dump_code(ex, model, output: str, formats: set[str]) -> None:
     """Classic tvmc writes ``<output>.<format>`` beside the package."""
+    from tvm.error import InternalError
+
     texts = {}
     if "relax" in formats:
         texts["relax"] = model.mod.script()
@@ -95,7 +97,7 @@ def _dump_code(ex, model, output: str, formats: set[str]) -> None:
         for fmt in formats & {"ll", "asm", "cu"}:
             try:
                 text = lib.inspect_source(fmt)
-            except Exception:  # a format this module kind cannot show
+            except InternalError:  # "Do not know how to get source code with format"
                 continue
             if text:
                 texts[fmt] = texts.get(fmt, "") + text

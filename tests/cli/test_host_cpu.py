@@ -119,3 +119,20 @@ def test_damaged_cpu_features_and_unknown_mcpu_are_one_line(
         "llvm-native",
     )
     in_process(main, ["plan", "lstm_tc", "--target", target], capsys, "LLVM knows no CPU")
+
+
+@pytest.mark.parametrize(
+    ("target_full", "error"),
+    [("not json", "JSONDecodeError"), ('{"kind": "nosuchkind"}', "ValueError"), (None, "")],
+)
+def test_an_unreadable_target_skips_the_cpu_check_with_a_warning(target_full, error, caplog):
+    """An artifact written before cpu_features were recorded, whose target_full cannot be
+    read: nothing to check, and the warning says so, naming the artifact."""
+    meta = {"target": "llvm", "mcpu": "x"}
+    if target_full is not None:
+        meta["target_full"] = target_full
+    with caplog.at_level("WARNING", logger="tvm_rtask"):
+        assert cpu_problem(meta, "'old.so'") is None
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("CPU check skipped for 'old.so': its target_full cannot be read: ")
+    assert error in message and "\n" not in message

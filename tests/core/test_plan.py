@@ -46,6 +46,27 @@ def test_valid_plan_report_and_json():
     again.validate()
 
 
+def test_fallbacks_are_reported_and_survive_json():
+    g = graph_with_extern()
+    steps = [program("p0", [("a", 2), ("b", 2)]), OrdinaryCall("e"), program("p1", [("c", 2)])]
+    notes = [
+        {"kind": "ordinary call", "subject": "e", "reason": "not a call_tir binding"},
+        {"kind": "schedule rule skipped", "subject": "fused_c", "reason": "R failed: X"},
+    ]
+    plan = Plan(g, VDevice.cpu(2), steps, "manual", fallbacks=[dict(n) for n in notes])
+    assert plan.report()["fallbacks"] == notes
+    again = Plan.from_json(plan.to_json())
+    assert again.fallbacks == notes and again.report()["fallbacks"] == notes
+    assert again.to_dict() == plan.to_dict()
+    plan.report()["fallbacks"][0]["kind"] = "changed"  # the report is a copy
+    assert plan.fallbacks == notes
+    # a plan written before fallbacks were recorded still loads, with none
+    old = plan.to_dict()
+    del old["fallbacks"]
+    assert Plan.from_dict(old).fallbacks == [] and Plan.from_dict(old).report()["fallbacks"] == []
+    assert Plan(g, VDevice.cpu(2), steps).fallbacks == []  # the default, one list per plan
+
+
 def test_missing_repeated_and_misplaced_ops():
     g = graph_with_extern()
     vd = VDevice.cpu(2)

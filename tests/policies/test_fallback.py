@@ -4,6 +4,7 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.core.graphs import inception, layered_dags, op
 from tvm_rtask.core import OrdinaryCall, RGraph, RProgram, VDevice
+from tvm_rtask.fallbacks import ORDINARY_CALL, collecting_fallbacks
 from tvm_rtask.policies import AnalyticalCostModel, make_plan
 from tvm_rtask.policies.simulate import simulate_plan
 
@@ -35,9 +36,13 @@ def _heavy_branches() -> RGraph:
 def test_programs_that_lose_to_ordinary_kernels_become_ordinary_calls():
     g, cost = _heavy_branches(), FastOrdinary()
     packed = make_plan(g, VD, "wavefront", cost=cost)
-    guarded = make_plan(g, VD, "wavefront", cost=cost, ordinary_fallback=True)
+    with collecting_fallbacks() as notes:
+        guarded = make_plan(g, VD, "wavefront", cost=cost, ordinary_fallback=True)
     assert packed.estimated_us > _all_ordinary_us(g, VD, cost)
     assert all(isinstance(s, OrdinaryCall) for s in guarded.steps)
+    # each operator that falls back is said, with both estimates
+    assert [n["subject"] for n in notes] == [s.op for s in guarded.steps]
+    assert all(n["kind"] == ORDINARY_CALL and "predicted slower" in n["reason"] for n in notes)
     assert guarded.estimated_us <= _all_ordinary_us(g, VD, cost) + 1e-9
     guarded.validate("counters")
     assert [s.op for s in guarded.steps if isinstance(s, OrdinaryCall)]
@@ -46,9 +51,12 @@ def test_programs_that_lose_to_ordinary_kernels_become_ordinary_calls():
 def test_programs_that_win_are_kept():
     g, cost = inception(rtasks=24), AnalyticalCostModel()
     packed = make_plan(g, VD, "wavefront", cost=cost)
-    guarded = make_plan(g, VD, "wavefront", cost=cost, ordinary_fallback=True)
+    with collecting_fallbacks() as notes:
+        guarded = make_plan(g, VD, "wavefront", cost=cost, ordinary_fallback=True)
     assert guarded.estimated_us <= packed.estimated_us + 1e-9
     assert any(isinstance(s, RProgram) for s in guarded.steps)
+    noted = {n["subject"] for n in notes}
+    assert noted == {s.op for s in guarded.steps if isinstance(s, OrdinaryCall)}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

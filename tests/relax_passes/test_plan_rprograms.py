@@ -71,3 +71,38 @@ def test_options_that_do_not_apply_fail_before_planning(prepared):
 
     with pytest.raises(OptionError, match="CUDA targets only"):
         run_keeping_errors(PlanRPrograms("llvm", cuda_threads=128), prepared)
+
+
+def test_an_operator_kept_ordinary_is_a_fallback_of_the_plan():
+    """A multi-output kernel whose tuple is returned whole stays an ordinary call: the plan
+    lists it with extraction's reason (``gv = parts``, which runs no kernel, is not listed)."""
+    from tests.relax_passes.test_extract import _split_module
+    from tvm_rtask.fallbacks import ORDINARY_CALL, collecting_fallbacks
+
+    prepared = RTaskPrepare("none")(_split_module(return_whole_tuple=True))
+    with collecting_fallbacks() as outer:
+        plan = _plan(prepared, num_veu=2)
+    (note,) = [f for f in plan.fallbacks if f["kind"] == ORDINARY_CALL]
+    assert note["subject"].endswith("_split") and "as a whole" in note["reason"]
+    assert note in plan.report()["fallbacks"] and note in outer  # an enclosing block too
+
+
+def test_the_prepare_phases_fallbacks_come_first_in_the_plan(monkeypatch):
+    """A fallback a backend's prepare pass takes reaches the plan through the module
+    attribute rtask.fallbacks; a module that fell back on nothing gets no attribute."""
+    from tvm_rtask.backend.cpu.backend import CPUBackend
+    from tvm_rtask.fallbacks import LAYOUT_KEPT, note_fallback
+    from tvm_rtask.relax_passes.fallback_notes import FALLBACKS_ATTR, noted_in
+
+    assert noted_in(RTaskPrepare()(TwoBranches)) == []
+
+    @tvm.transform.module_pass(opt_level=0, name="KeepsTheLayout")
+    def keeps_the_layout(mod, _ctx):
+        note_fallback(LAYOUT_KEPT, "the model's convolutions", "a test says so")
+        return mod
+
+    monkeypatch.setattr(CPUBackend, "prepare_passes", lambda self, options: [keeps_the_layout])
+    prepared = RTaskPrepare()(TwoBranches)
+    kept = {"kind": LAYOUT_KEPT, "subject": "the model's convolutions", "reason": "a test says so"}
+    assert FALLBACKS_ATTR in prepared.attrs and noted_in(prepared) == [kept]
+    assert _plan(prepared, num_veu=2).fallbacks[0] == kept

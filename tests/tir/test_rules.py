@@ -118,21 +118,29 @@ def test_no_rule_applies_is_none_and_silent(se_func, caplog):
 
 def test_a_raising_rule_does_not_fail_a_compile(monkeypatch, caplog):
     """Through the whole pipeline: the rule raises on the SE PrimFunc, the warning names it
-    and the operator, the model compiles (the next rule or the unscheduled TIR) and runs."""
+    and the operator, the plan lists the fallback, the model compiles (the next rule or the
+    unscheduled TIR) and runs."""
     import numpy as np
 
     import tvm_rtask
     from tvm_rtask.backend.cpu import rules
+    from tvm_rtask.fallbacks import RULE_SKIPPED
 
     monkeypatch.setattr(rules, "default_rules", lambda: [Raising(), Conv2dNCHW()])
     mod = se_scale_module()
     with caplog.at_level(logging.WARNING, logger="tvm_rtask"):
-        ex = tvm_rtask.compile(mod, "llvm", policy="wavefront", num_veu=2)
+        ex, plan = tvm_rtask.compile_with_plan(mod, "llvm", policy="wavefront", num_veu=2)
     warned = [r.getMessage() for r in caplog.records if "Raising" in r.getMessage()]
     assert warned
     # the warning names the operator by its fused function, as the module calls it
     functions = {gv.name_hint for gv in tvm_rtask.relax_passes.RTaskPrepare()(mod).functions}
-    assert any(f" on {name}, skipped" in m for m in warned for name in functions), warned
+    assert any(f"{RULE_SKIPPED} for {name}: " in m for m in warned for name in functions), warned
+    skipped = [f for f in plan.report()["fallbacks"] if f["kind"] == RULE_SKIPPED]
+    assert skipped and all(f["subject"] in functions for f in skipped), skipped
+    assert all(f["reason"].startswith("Raising failed: InternalError") for f in skipped)
+    # the plan in the lowered module says so too, read back from its JSON
+    again = tvm_rtask.core.Plan.from_json(plan.to_json())
+    assert again.fallbacks == plan.fallbacks
     rng = np.random.default_rng(0)
     args = [
         rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
@@ -152,3 +160,16 @@ def test_one_line_and_operator_name(se_func):
     assert "\n" not in line and len(line) < 300
     assert "T_multiply" in operator_name(se_func)
     assert operator_name(se_func, "fused_x") == "fused_x"
+
+
+def test_one_line_skips_the_tvmscript_an_error_carries():
+    """LOG(FATAL) << func: the message, then the whole PrimFunc; the line kept is the
+    message's, not a line of the function."""
+    error = tvm.error.InternalError(
+        "The buffer parameter T_add has dtype T.int64. The function is # from tvm.script\n"
+        "# from tvm.tirx.layout import Axis\n\n@T.prim_func(private=True)\n"
+        'def main(a: T.Buffer((T.int64(4),), "int64")):\n    T_add[v0] = a[v0] + a[v0]'
+    )
+    assert one_line(error) == "InternalError: The buffer parameter T_add has dtype T.int64."
+    plain = ValueError("first\nsecond: the reason")
+    assert one_line(plain) == "ValueError: second: the reason"

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..fallbacks import CPU_CHECK_SKIPPED, note_fallback
 from .errors import CLIError, first_line
 from .paths import check_writable
 
@@ -260,29 +261,37 @@ def check_metadata(meta: Any, where: str) -> dict | None:
     return meta
 
 
-def _required_features(meta: dict) -> list[str]:
+def _required_features(meta: dict, where: str) -> list[str]:
     """The instruction-set features an llvm artifact's code may use: its ``cpu_features``,
-    else (an artifact written before they were recorded) those of its ``target_full``."""
+    else (an artifact written before they were recorded) those of its ``target_full``. A
+    ``target_full`` that is no JSON (ValueError, TypeError) or no target (Target's
+    ValueError, LLVM's InternalError) leaves nothing to check: said, as the check is
+    skipped."""
     if "cpu_features" in meta:
         return list(meta["cpu_features"])
+    from tvm.error import InternalError
+    from tvm.target import Target
+
+    from ..backend.cpu.host import target_isa_features
+
+    text = meta.get("target_full", "")
     try:
-        from tvm.target import Target
-
-        from ..backend.cpu.host import target_isa_features
-
-        return target_isa_features(Target(json.loads(meta.get("target_full", ""))))
-    except Exception:  # no readable target: nothing to check
+        return target_isa_features(Target(json.loads(text)))
+    except (ValueError, TypeError, InternalError) as err:
+        reason = f"its target_full cannot be read: {type(err).__name__}: {first_line(err)}"
+        note_fallback(CPU_CHECK_SKIPPED, where, reason)
         return []
 
 
-def cpu_problem(meta: dict | None) -> str | None:
+def cpu_problem(meta: dict | None, where: str = "the artifact") -> str | None:
     """Why this machine's CPU cannot run an artifact (a phrase), or None: an llvm artifact
-    built for a CPU whose instructions this one lacks would die of SIGILL mid-run."""
+    built for a CPU whose instructions this one lacks would die of SIGILL mid-run.
+    ``where`` names the artifact in the warning when its target cannot be read."""
     if meta is None or meta.get("target") != "llvm":
         return None
     from ..backend.cpu.host import host_cpu_name, missing_host_features
 
-    missing = missing_host_features(_required_features(meta))
+    missing = missing_host_features(_required_features(meta, where))
     if not missing:
         return None
     built_for = meta.get("mcpu") or "a CPU named by its attributes"
@@ -295,7 +304,7 @@ def cpu_problem(meta: dict | None) -> str | None:
 
 def check_host_cpu(meta: dict | None, where: str) -> None:
     """A one-line :class:`CLIError` when this machine's CPU cannot run the artifact."""
-    problem = cpu_problem(meta)
+    problem = cpu_problem(meta, where)
     if problem is not None:
         raise CLIError(f"{where} {problem}")
 

@@ -132,12 +132,13 @@ def command_line_wording(err: Exception, path: str) -> str:
     match = re.search(r"input '([^']+)'", message)
     name = match.group(1) if match else "NAME"
     head = re.split(r";?\s*give\b|shape_dict", message)[0].rstrip(" ;,")
+    import onnx
+    from google.protobuf.message import DecodeError
+
     model = None
     try:
-        import onnx
-
         model = onnx.load(path, load_external_data=False)
-    except Exception:  # the hint then has no dimensions
+    except (OSError, DecodeError):  # the hint then has no dimensions
         pass
     return f"{head}; give static shapes with {_shape_hint(model, name)}"
 
@@ -172,9 +173,11 @@ def load_model(
         mod = frontend.load(str(path), shape_dict)
     except FrontendError as err:
         raise CLIError(command_line_wording(err, str(path))) from None
+    from google.protobuf.message import DecodeError
+
     try:
         model = onnx.load(str(path))
-    except Exception:  # frontend.load has already reported unreadable files
+    except (OSError, DecodeError):  # read by frontend.load just now: gone or changed since
         model = None
     return LoadedModel(path.stem, mod, model_inputs(mod), model, {"onnx": str(path)})
 

@@ -215,6 +215,8 @@ def emit_source(ex, model: LoadedModel, directory: str) -> list[str]:
         (out / name).write_text(text)
         written.append(name)
 
+    from tvm.error import InternalError
+
     write("input.relax.py", model.mod.script())
     write("vm.txt", ex.as_text())
     for i, lib in enumerate(ex.mod.imports):
@@ -223,14 +225,14 @@ def emit_source(ex, model: LoadedModel, directory: str) -> list[str]:
         for fmt, ext in formats.get(kind, (("", kind),)):
             try:
                 text = lib.inspect_source(fmt)
-            except Exception:  # a format this module kind cannot show
+            except InternalError:  # "Do not know how to get source code with format"
                 continue
             if text:
                 write(f"module{i}.{ext}", text)
         for j, sub in enumerate(lib.imports):
             try:
                 text = sub.inspect_source("")
-            except Exception:
+            except InternalError:  # a module kind that cannot show its source
                 continue
             if text:
                 ext = {"cuda": "cu"}.get(str(sub.kind), str(sub.kind))

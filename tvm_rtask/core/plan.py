@@ -55,6 +55,10 @@ class Plan:
     # CUDA, after build with nvcc found: ptxas -v of each persistent kernel (registers per
     # thread, shared memory bytes) and the co-resident blocks they allow. Not serialized.
     kernel_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The fallbacks planning took ({"kind", "subject", "reason"}, tvm_rtask.fallbacks): a
+    # schedule rule skipped, an operator kept ordinary, a layout kept, ...; api.build adds
+    # the build's own to the Plan it returns (they happen after the JSON is in the module).
+    fallbacks: list[dict[str, str]] = field(default_factory=list)
 
     def programs(self) -> list[RProgram]:
         return [s for s in self.steps if isinstance(s, RProgram)]
@@ -148,6 +152,7 @@ class Plan:
             "max_ops_per_program": max((len(p.ops()) for p in progs), default=0),
             "max_ops_side_by_side": side_by_side,
             "ptxas": dict(self.kernel_usage),
+            "fallbacks": [dict(note) for note in self.fallbacks],
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +170,7 @@ class Plan:
             "policy_options": _jsonable(self.policy_options),
             "target": _jsonable(self.target),
             "sync": self.sync,
+            "fallbacks": [dict(note) for note in self.fallbacks],
         }
 
     @classmethod
@@ -189,6 +195,7 @@ class Plan:
             policy_options=dict(d.get("policy_options", {})),
             target=dict(d.get("target", {})),
             sync=sync,
+            fallbacks=[dict(note) for note in d.get("fallbacks", [])],  # absent before them
         )
 
     def to_json(self, indent: int | None = None) -> str:

@@ -9,6 +9,7 @@ from ..core.plan import SYNC_MODES, OrdinaryCall, Plan
 from ..core.rprogram import RProgram
 from ..core.vdevice import VDevice
 from ..errors import OptionError
+from ..fallbacks import ORDINARY_CALL, note_fallback
 from .cost import AnalyticalCostModel, CostModel
 from .policy import Policy
 from .registry import get_policy
@@ -57,7 +58,8 @@ def fall_back_to_ordinary(
     """Each rProgram predicted slower than its operators run as ordinary kernels (one launch
     each, in topological order) becomes those ordinary calls, so the plan's estimate is never
     above running every operator ordinarily. How far that holds on the device is how far the
-    cost model is calibrated (``runtime.measured_cost_model``)."""
+    cost model is calibrated (``runtime.measured_cost_model``). Each such operator is noted
+    as a fallback (``tvm_rtask.fallbacks``) with both estimates."""
     out: list = []
     for step in steps:
         if isinstance(step, RProgram):
@@ -67,6 +69,12 @@ def fall_back_to_ordinary(
                 cost.launch_us(vdevice) + cost.ordinary_us(graph.op(op), vdevice) for op in ops
             )
             if ordinary < persistent:
+                reason = (
+                    f"its rProgram is predicted slower ({persistent:.1f} us) than its "
+                    f"{len(ops)} operators as ordinary kernels ({ordinary:.1f} us)"
+                )
+                for op in ops:
+                    note_fallback(ORDINARY_CALL, op, reason)
                 out += [OrdinaryCall(op) for op in ops]
                 continue
         out.append(step)

@@ -18,10 +18,12 @@ from tvm import relax
 
 from ..backend import as_target, get_backend
 from ..errors import remember_errors
+from ..fallbacks import collecting_fallbacks
 from ..options import RTaskOptions, resolve_options
 from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
-from .fold_pad import FoldPadIntoConv
+from .fallback_notes import with_notes
 from .fold_layout_transforms import FoldConstantLayoutTransforms
+from .fold_pad import FoldPadIntoConv
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stacked_sum import StackedSumToAdd
 from .stitch import StitchFusion
@@ -155,4 +157,9 @@ class RTaskPrepare:
         options = self.options or resolve_options(self.explicit, ctx.config)
         backend = get_backend(self.target)
         device = backend.device_spec(options).name
-        return prepare_pipeline(options.fusion, device, backend.prepare_passes(options))(mod)
+        # what the backend's rewrites fall back on reaches the plan through the module
+        with collecting_fallbacks() as notes:
+            prepared = prepare_pipeline(options.fusion, device, backend.prepare_passes(options))(
+                mod
+            )
+        return with_notes(prepared, notes)

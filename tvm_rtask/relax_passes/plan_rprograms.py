@@ -9,16 +9,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 import tvm
+from tvm import relax
 
 from ..backend import as_target, get_backend, target_dict
-from ..core import RGraph
+from ..core import Plan, RGraph
 from ..errors import OptionError, remember_errors
+from ..fallbacks import ORDINARY_CALL, collecting_fallbacks, note_fallback
 from ..options import RTaskOptions, resolve_options
 from ..policies import make_plan
 from ..policies.cost import COST_RESOLVERS
 from ..policies.limits import LIMIT_OPTIONS
 from ..policies.registry import get_policy
-from .extract import extract_graph
+from .extract import ExtractedGraph, extract_graph
+from .fallback_notes import merge_notes, noted_in
 
 PLAN_ATTR = "rtask.plan"
 
@@ -65,12 +68,22 @@ class PlanRPrograms:
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         options = plan_options(self.options, ctx, self.target)
+        # every fallback taken while the rKernels are made and the plan is chosen goes into
+        # the plan (Plan.report()["fallbacks"]), after those the prepare phase noted
+        with collecting_fallbacks() as notes:
+            planned, plan = self._plan(mod, options)
+        plan.fallbacks = merge_notes(noted_in(mod), notes)
+        return planned.with_attr(PLAN_ATTR, plan.to_json())
+
+    def _plan(self, mod: tvm.IRModule, options: RTaskOptions) -> tuple[tvm.IRModule, Plan]:
+        """A copy of ``mod`` with its rKernels, and its validated Plan."""
         backend = get_backend(self.target)
         # Work on a copy: rKernels replace or join functions, and a pass must leave its input
         # module as it was (planning one module under two policies must work).
         mod, maker = backend.make_rkernels(mod.clone(), options)
         extracted = extract_graph(mod, maker)
         graph = RGraph(extracted.operators)
+        note_ordinary_operators(extracted)
         vdev = maker.vdevice()
         measured = None
         if options.cost == "measured":  # every rKernel timed on the device present (cached)
@@ -96,4 +109,13 @@ class PlanRPrograms:
         if measured is not None:
             plan.options.update(cost_model="measured", measured_cost=measured)
         plan.target = target_dict(self.target)
-        return mod.with_attr(PLAN_ATTR, plan.to_json())
+        return mod, plan
+
+
+def note_ordinary_operators(extracted: ExtractedGraph) -> None:
+    """Note each call extraction keeps unsupported (an ordinary call between rPrograms),
+    with the reason it gave. A binding that calls nothing (packing outputs, taking an
+    element, naming a variable again) runs no kernel and is not noted."""
+    for op in extracted.operators:
+        if not op.supported and isinstance(extracted.bindings[op.name].value, relax.Call):
+            note_fallback(ORDINARY_CALL, op.name, op.reason or "no reason given")

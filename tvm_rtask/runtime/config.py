@@ -69,7 +69,7 @@ def _tvm_compiler_path() -> str | None:
         name = getattr(lib, "_name", None)
         if name:
             return str(name)
-    except Exception:  # a TVM without this private table
+    except (ImportError, AttributeError):  # a TVM without this private table (or tvm.base)
         pass
     try:  # fall back to the process's mappings (Linux)
         for line in Path("/proc/self/maps").read_text().splitlines():

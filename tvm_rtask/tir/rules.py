@@ -6,8 +6,9 @@ The contract is TVM dlight's: a rule's ``apply(func, target, tunable)`` returns 
 rules in order and returns the first result. A rule that raises instead (a bug in the rule,
 or a schedule primitive failing on a PrimFunc the rule did not foresee, including TVM's
 ``InternalError`` / ``TVMError`` / ``ScheduleError``) must not fail a compile: the error is
-logged to the ``tvm_rtask`` logger at WARNING, in one line, with the operator's and the
-rule's names, and the next rule (in the end the target's fallback schedule) is tried.
+noted as a fallback (``tvm_rtask.fallbacks.note_fallback``: one WARNING line on the
+``tvm_rtask`` logger with the operator's and the rule's names, and an entry in the plan's
+``fallbacks``), and the next rule (in the end the target's fallback schedule) is tried.
 
 :func:`can_reverse_inline` says whether ``reverse_compute_inline`` may be called on an
 epilogue block. TVM 0.27's primitive does not check everything it needs: a consumer that
@@ -20,6 +21,7 @@ expression") instead of a ``ScheduleError``.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 
 import tvm_ffi
@@ -27,6 +29,7 @@ from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
 from tvm.target import Target
 
+from ..fallbacks import RULE_SKIPPED, note_fallback
 from .coverage import unwritten_outputs
 
 LOGGER = logging.getLogger("tvm_rtask")
@@ -51,12 +54,21 @@ def operator_name(func: tirx.PrimFunc, name: str | None = None) -> str:
     return "+".join(n for n in names if n != "root") or "<PrimFunc>"
 
 
+# lines of TVMScript a TVM error may carry after its message ("The function is" + the whole
+# PrimFunc, from LOG(FATAL) << func): never the line that says what went wrong
+_CODE_LINE = ("#", "@", "def ", "class ", "with ", "for ", "if ", "T.")
+_SCRIPT_TAIL = re.compile(r"\s*(The function is\s*)?# from tvm\.script\b.*$")
+
+
 def one_line(error: BaseException) -> str:
-    """The line of a (TVM) error that says what went wrong, with the error's type."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    """The line of a (TVM) error that says what went wrong, with the error's type: a
+    ``Check failed`` or ``Error message:`` line, else the last line that is not code."""
+    raw = [line for line in str(error).splitlines() if line.strip()]
+    lines = [line.strip() for line in raw]
     line = next((ln for ln in lines if ln.startswith(("Error message:", "Check failed"))), None)
     if line is None:
-        line = lines[-1] if lines else ""
+        prose = [ln.strip() for ln in raw if ln[0] not in " \t" and not ln.startswith(_CODE_LINE)]
+        line = _SCRIPT_TAIL.sub("", (prose or lines or [""])[-1])
     line = line.removeprefix("Error message:").strip()
     if len(line) > 240:
         line = line[:237] + "..."
@@ -67,7 +79,7 @@ def try_rules(
     func: tirx.PrimFunc, target: Target, rules: Iterable, name: str | None = None
 ) -> tuple[object, tirx.PrimFunc] | None:
     """``(rule, scheduled PrimFunc)`` of the first of ``rules`` that applies to ``func``, or
-    None when none does. A rule that raises is logged (see the module docstring) and skipped."""
+    None when none does. A rule that raises is noted (see the module docstring) and skipped."""
     for rule in rules:
         try:
             result = rule.apply(func, target, False)
@@ -79,12 +91,11 @@ def try_rules(
             unwritten = unwritten_outputs(scheduled)
             if unwritten:  # a moved epilogue lost part of its domain (a padding border)
                 raise ValueError(f"the schedule leaves part of {', '.join(unwritten)} unwritten")
-        except Exception as error:  # a rule must never fail a compile
-            LOGGER.warning(
-                "schedule rule %s failed on %s, skipped: %s",
-                type(rule).__name__,
+        except Exception as error:  # a rule must never fail a compile: noted, skipped
+            note_fallback(
+                RULE_SKIPPED,
                 operator_name(func, name),
-                one_line(error),
+                f"{type(rule).__name__} failed: {one_line(error)}",
             )
             continue
         return rule, scheduled

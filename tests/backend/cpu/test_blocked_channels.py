@@ -20,6 +20,7 @@ from tvm_rtask.backend.cpu.blocked_channels import (
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, schedule_cpu_func
 from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
 from tvm_rtask.errors import OptionError
+from tvm_rtask.fallbacks import LAYOUT_KEPT, collecting_fallbacks
 from tvm_rtask.relax_exprs import op_name
 from tvm_rtask.relax_passes import prepare_pipeline
 
@@ -135,8 +136,11 @@ def test_a_model_with_more_layout_changes_than_allowed_stays_in_nchw():
     before the dense layer is too small to count)."""
     mod, _ = _resnet_like()
     blocked = BlockedChannels(16, 32, max_layout_changes=1)
-    names = called_names(prepare_pipeline(target_passes=[blocked])(mod))
+    with collecting_fallbacks() as notes:
+        names = called_names(prepare_pipeline(target_passes=[blocked])(mod))
     assert not any("nchwc" in n or "layout_transform" in n for n in names)
+    (note,) = notes  # the fallback is said: the model could have been blocked
+    assert note["kind"] == LAYOUT_KEPT and "at most 1 pay off" in note["reason"]
     allowed = BlockedChannels(16, 32, max_layout_changes=2)
     assert any("nchwc" in n for n in called_names(prepare_pipeline(target_passes=[allowed])(mod)))
 
@@ -219,7 +223,7 @@ def test_cpu_layout_is_checked():
         tvm_rtask.compile(mod, "llvm", cpu_layout="nhwc")
 
 
-def test_a_model_tvm_cannot_convert_stays_in_nchw_with_a_warning(monkeypatch):
+def test_a_model_tvm_cannot_convert_stays_in_nchw_with_a_fallback_noted(monkeypatch, caplog):
     def refuse(*_args):
         def fail(_mod):
             raise tvm.error.InternalError("Layouts must have the same size")
@@ -228,9 +232,15 @@ def test_a_model_tvm_cannot_convert_stays_in_nchw_with_a_warning(monkeypatch):
 
     monkeypatch.setattr(relax.transform, "ConvertLayout", refuse)
     mod, _ = _resnet_like()
-    with pytest.warns(UserWarning, match="stays in NCHW"):
+    with collecting_fallbacks() as notes, caplog.at_level("WARNING", logger="tvm_rtask"):
         out = BlockedChannels(16, 32)(mod)
     tvm.ir.assert_structural_equal(out, mod)
+    (note,) = notes
+    assert note["kind"] == LAYOUT_KEPT and "stays in NCHW" in note["reason"]
+    assert "Layouts must have the same size" in note["reason"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{note['kind']} for {note['subject']}: {note['reason']}"
+    ]
 
 
 def _onnx_relu6_chain():

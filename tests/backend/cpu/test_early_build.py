@@ -21,6 +21,7 @@ import tvm_rtask
 from tests.backend.cpu.test_body_functions import Twice
 from tvm_rtask.backend.cpu import early_build, parallel_build
 from tvm_rtask.backend.cpu.early_build import EarlyBuilds, early_builds
+from tvm_rtask.fallbacks import BUILT_LATE
 
 
 def _inputs():
@@ -146,6 +147,28 @@ def test_a_body_the_builder_did_not_deliver_is_built_here(monkeypatch, caplog):
         ex = _compile(2)
     np.testing.assert_array_equal(_run(ex, args), _run(_compile(1), args))
     assert "did not deliver" in caplog.text
+
+
+def test_a_job_that_fails_in_the_builder_is_noted_in_the_plan(monkeypatch, claims):
+    """The builder has no one to tell: the claim notes its failure (the operator and the
+    error), and the plan compile_with_plan returns lists it among its fallbacks."""
+    parent = os.getpid()
+    build_object = early_build.build_object
+
+    def fails_in_the_builder(mod, target, path):
+        if os.getpid() != parent:
+            raise RuntimeError("no object for you")
+        build_object(mod, target, path)
+
+    monkeypatch.setattr(early_build, "build_object", fails_in_the_builder)
+    args = _inputs()
+    ex, plan = tvm_rtask.compile_with_plan(Twice, "llvm", num_veu=2, cpu_build_jobs=2)
+    assert claims and not claims[0].ready and not claims[0].coming
+    late = [f for f in plan.report()["fallbacks"] if f["kind"] == BUILT_LATE]
+    assert late, plan.report()["fallbacks"]
+    assert all("RuntimeError: no object for you" in f["reason"] for f in late)
+    assert {f["subject"] for f in late} <= {op.func for op in plan.graph.ops}
+    np.testing.assert_array_equal(_run(ex, args), _run(_compile(1), args))
 
 
 def test_predicted_ranges_are_those_of_one_rtask_per_veu():

@@ -110,3 +110,33 @@ def test_a_primfunc_scheduled_as_two_kernels_is_refused(scheduled):
     # two launches pass intermediates through global memory: one rTask body would race
     with pytest.raises(UnsupportedOperator, match="2 kernels"):
         make_cuda_rkernel(twice)
+
+
+@tvm.script.ir_module
+class ArgmaxAdd:
+    @R.function
+    def main(a: R.Tensor((4, 10), "float32")):
+        with R.dataflow():
+            z = R.argmax(a, axis=1)
+            w = R.add(z, z)
+            R.output(w)
+        return w
+
+
+def test_a_kernel_tvm_will_not_narrow_keeps_int64_and_says_so(caplog):
+    """ForceNarrowIndexToInt32 stops in an InternalError on an int64 buffer (argmax's
+    indices): the kernel keeps its 64-bit index math, and the fallback is noted with the
+    operator's name and TVM's reason, in one WARNING line."""
+    from tvm_rtask.fallbacks import INT32_REFUSED, collecting_fallbacks
+
+    mod = prepare_pipeline()(ArgmaxAdd)
+    (name,) = [g.name_hint for g in mod.get_global_vars() if g.name_hint != "main"]
+    with collecting_fallbacks() as notes, caplog.at_level("WARNING", logger="tvm_rtask"):
+        kernel = make_cuda_rkernel(schedule_for_cuda(mod[name], TARGET), name=name)
+    assert kernel.num_rtasks >= 1
+    (note,) = notes
+    assert note == {"kind": INT32_REFUSED, "subject": name, "reason": note["reason"]}
+    assert "ForceNarrowIndexToInt32 refused it" in note["reason"]
+    assert "InternalError" in note["reason"] and "int64" in note["reason"]
+    (record,) = caplog.records
+    assert record.getMessage() == f"{INT32_REFUSED} for {name}: {note['reason']}"

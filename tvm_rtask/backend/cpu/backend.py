@@ -215,7 +215,7 @@ class CPUBackend(Backend):
 
         try:
             features = target_isa_features(self.target)
-        except Exception:  # an LLVM without x86: no x86 set
+        except tvm.error.InternalError:  # LLVMTargetInfo's check fails (no x86): no x86 set
             return None
         return "x86_64-avx2" if "avx2" in features else None
 
@@ -333,7 +333,11 @@ class CPUBackend(Backend):
             code.waves = waves_from_program(program)
         timeout_us = options.spin_timeout_ms * 1000
         func = build_cpu_dispatcher(
-            code, barrier, timeout_us, subroutines=True, nan_fill=options.nan_fill
+            code,
+            barrier=barrier,
+            timeout_us=timeout_us,
+            subroutines=True,
+            nan_fill=options.nan_fill,
         )
         return LoweredProgram(
             func,

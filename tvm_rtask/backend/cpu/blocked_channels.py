@@ -23,13 +23,13 @@ the PrimFunc ``conv2d_nchwc`` or ``depthwise_conv2d_nchwc`` (TE computes with th
 from __future__ import annotations
 
 import re
-import warnings
 
 import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax, s_tir, te
 
+from ...fallbacks import LAYOUT_KEPT, note_fallback
 from ...relax_exprs import (
     OUT_EWISE_FUSABLE,
     array_const,
@@ -40,6 +40,7 @@ from ...relax_exprs import (
     rewrite_functions,
     static_shape_of,
 )
+from ...tir.rules import one_line
 from .pack_conv_weights import conv2d_over_panels, conv_output_size, conv_panel, pad_spatial
 
 NCHWC_NAME = "conv2d_nchwc"
@@ -327,19 +328,22 @@ class BlockedChannels:
                 blocked_layouts(expr, self.lanes, self.registers) is not None
             )
 
-        if _count(mod, blockable) < self.min_blocked_convs:
+        candidates = _count(mod, blockable)
+        if candidates < self.min_blocked_convs:
             return mod  # nothing to gain (ViT's patch embedding)
         original = mod
         mod = relax.transform.DeadCodeElimination()(rewrite_functions(mod, _ScalarBoundsAsOps(mod)))
         mod = rewrite_functions(mod, _OperandsOfFullRank(mod))
+        subject, kept = f"the model's {candidates} blockable convolutions", self._kept()
         try:
             converted = relax.transform.ConvertLayout({}, layouts)(mod)
         except (tvm.error.InternalError, ValueError, TypeError, MemoryError) as err:
             # TVM's layout inference cannot carry NCHWc through some operator of this
             # model: it stays in NCHW (the packed convolutions then serve it)
-            warnings.warn(
-                f"tvm_rtask: the model stays in NCHW: ConvertLayout failed: {err}",
-                stacklevel=2,
+            note_fallback(
+                LAYOUT_KEPT,
+                subject,
+                f"{kept}: TVM's ConvertLayout failed: {one_line(err)}",
             )
             return original
         changes = _data_layout_changes(converted)
@@ -347,9 +351,20 @@ class BlockedChannels:
             converted,
             lambda e: op_name(e) == "relax.nn.conv2d" and str(e.attrs.out_layout) != "NCHW",
         )
-        if changes > max(self.max_layout_changes, blocked // CONVS_PER_LAYOUT_CHANGE):
+        allowed = max(self.max_layout_changes, blocked // CONVS_PER_LAYOUT_CHANGE)
+        if changes > allowed:
             # operators TVM keeps in NCHW between the blocked convolutions (grouped
             # convolutions, squeeze-and-excitation on channel counts not whole vectors):
             # each costs a pass over its tensor both ways, more than the blocks gain
+            note_fallback(
+                LAYOUT_KEPT,
+                subject,
+                f"{kept}: converted, it changes layout {changes} times between operators "
+                f"(at most {allowed} pay off)",
+            )
             return original
         return rewrite_functions(converted, _Lowering(converted))
+
+    def _kept(self) -> str:
+        """What a fallback of this pass leaves: the reason's first words."""
+        return f"the model stays in NCHW, not NCHW{self.lanes}c"

@@ -14,7 +14,9 @@ costs only that process's time. Sending the bodies instead (TVM's JSON) cost thi
 
 The process builds in the PassContext the compile ran in, and stops when the build claims
 what it made: the bodies it has not started go back to the build. Nothing waits on it
-without a deadline, and a body it did not deliver is built by the build as any other.
+without a deadline, and a body it did not deliver is built by the build as any other. A job
+that fails in the process leaves its reason in ``<i>.err``, which the claim notes as a
+fallback (``tvm_rtask.fallbacks``): the process itself has no one to tell.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from dataclasses import dataclass, field
 
 import tvm
 
+from ...fallbacks import BUILT_LATE, note_fallback
+from ...tir.rules import one_line
 from .dispatch import KernelCall, body_function
 from .parallel_build import build_object, side_module, specialise, symbol_of
 
@@ -86,6 +90,7 @@ class _Builder:
     directory: str
     context: str
     names: list[str] = field(default_factory=list)
+    noted: set[int] = field(default_factory=set)  # the failed jobs already noted
 
 
 @dataclass
@@ -96,6 +101,7 @@ class Claim:
     ready: dict[str, str]
     coming: set[str]
     builder: _Builder | None = None
+    own: bool = False  # the builder built in this build's PassContext: its failures count
 
     def finish(self, deadline: float) -> dict[str, str]:
         """``ready`` and the objects of ``coming`` the builder delivered by ``deadline``; the
@@ -114,6 +120,8 @@ class Claim:
             if waiting:
                 time.sleep(0.005)
         _stop(builder)
+        if self.own:  # the jobs that failed since the claim
+            _note_failures(builder, range(len(builder.names)))
         for symbol in self.coming:
             path = _object_path(builder.directory, symbol)
             if os.path.exists(path):
@@ -141,6 +149,23 @@ def _object_path(directory: str, symbol: str) -> str:
     return os.path.join(directory, f"{symbol}.o")
 
 
+def _note_failures(builder: _Builder, indices) -> None:
+    """Note each of the jobs ``indices`` that failed in the builder (its ``<i>.err``), once:
+    the build makes that operator's body itself."""
+    for index in indices:
+        if index in builder.noted:
+            continue
+        try:
+            with open(os.path.join(builder.directory, f"{index}.err"), encoding="utf-8") as f:
+                reason = f.read()
+        except FileNotFoundError:  # built, nothing to build, or not done
+            continue
+        builder.noted.add(index)
+        note_fallback(
+            BUILT_LATE, builder.names[index], f"its early build failed ({reason}): built later"
+        )
+
+
 def _serve(queue: int, directory: str, predict, target) -> None:
     """The builder: jobs from ``queue`` until it is closed and empty. Job ``i`` names an
     operator (``<i>.job``); its body's symbol goes to ``<i>.sym`` before the build (empty
@@ -150,7 +175,8 @@ def _serve(queue: int, directory: str, predict, target) -> None:
             job = os.path.join(directory, str(int.from_bytes(data, "little")))
             try:
                 _build_job(job, directory, predict, target)
-            except Exception:  # noqa: BLE001 - the build makes this body as any other
+            except Exception as error:  # noqa: BLE001 - any failure: the build makes the body
+                _write(job + ".err", one_line(error))  # the claim notes why (a fallback)
                 _write(job + ".sym", "")
 
 
@@ -260,7 +286,9 @@ class EarlyBuilds:
             not_started.add(int.from_bytes(data, "little"))
         os.close(builder.queue)
         ready, coming = {}, set()
-        if builder.context == _context_key(tvm.transform.PassContext.current()):
+        own = builder.context == _context_key(tvm.transform.PassContext.current())
+        if own:
+            _note_failures(builder, sorted(set(range(len(builder.names))) - not_started))
             for index in set(range(len(builder.names))) - not_started:
                 try:
                     with open(os.path.join(builder.directory, f"{index}.sym")) as f:
@@ -274,7 +302,7 @@ class EarlyBuilds:
                     ready[symbol] = path
                 else:
                     coming.add(symbol)
-        return Claim(ready, coming, builder)
+        return Claim(ready, coming, builder, own)
 
 
 _SHARED = EarlyBuilds()

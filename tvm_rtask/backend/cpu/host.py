@@ -123,11 +123,12 @@ def resolve_target(target: Target) -> Target:
             config.pop("mcpu")
         return Target(config) if target.host is None else Target(config, host=target.host)
     triple = str(target.attrs.get("mtriple", "") or "") or _system_triple()
+    from tvm.error import InternalError
     from tvm.target import codegen
 
     try:
         valid = bool(codegen.llvm_is_valid_cpu(mcpu, triple))
-    except Exception:  # a triple this LLVM was built without: LLVM will say so itself
+    except InternalError:  # a triple this LLVM was built without: LLVM will say so itself
         return target
     if not valid:
         raise OptionError(

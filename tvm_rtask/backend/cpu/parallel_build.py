@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import logging
 import math
 import os
 import signal
@@ -42,6 +41,7 @@ from tvm.support import cc
 from tvm.tirx import IntImm
 
 from ... import native
+from ...fallbacks import BUILT_LATE, note_fallback
 from ...tir.common import substitute_vars
 from .dispatch import (
     BODY_ATTR,
@@ -69,8 +69,6 @@ MIN_GROUP_SHARE = 1 / 8
 # at least the floor): a child stuck after the fork is killed, not waited for
 DEADLINE_FACTOR = 4.0
 DEADLINE_FLOOR_S = 60.0
-
-_log = logging.getLogger("tvm_rtask")
 
 
 def build_jobs(requested: int | None, ignored: tuple[int, ...] = ()) -> int:
@@ -383,7 +381,7 @@ def build_with_side_objects(
             executable, deadline = _build_sharing(build_main, main, sides, target, paths, jobs)
             for (side, names), path in zip(sides, paths, strict=True):
                 if not os.path.exists(path):
-                    _log.warning("a build process failed; building its %d bodies here", len(names))
+                    note_fallback(BUILT_LATE, _bodies(names), "a build process failed: built here")
                     build_object(side, target, path)
             if claim is not None:
                 paths += _early_objects(claim, deadline, special, symbols, target, tmp)
@@ -428,11 +426,19 @@ def _early_objects(claim, deadline, special, symbols, target, tmp: str) -> list[
     for symbol in sorted(set(claim.ready) | claim.coming):
         path = found.get(symbol)
         if path is None:
-            _log.warning("the early build process did not deliver a body; building it here")
+            note_fallback(
+                BUILT_LATE, by_symbol[symbol], "the early build did not deliver it: built here"
+            )
             path = os.path.join(tmp, f"{symbol}.o")
             build_object(side_module({symbol: special[by_symbol[symbol]]}), target, path)
         paths.append(path)
     return paths
+
+
+def _bodies(names: list[str], shown: int = 3) -> str:
+    """The body functions ``names`` in a note's subject, the first ``shown`` by name."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"bodies {', '.join(names[:shown])}{more}"
 
 
 def _with_side_library(executable, paths: list[str], tmp: str):

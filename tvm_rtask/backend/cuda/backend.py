@@ -202,13 +202,13 @@ class CUDARKernelMaker(RKernelMaker):
     def _make(self, name: str) -> RKernel:
         threads = self.cuda.threads
         source, schedule = self.mod[name], ""
-        kernel = make_cuda_rkernel(source, self.max_rtasks)
+        kernel = make_cuda_rkernel(source, self.max_rtasks, name)
         reason = _fits(kernel, threads)
         if reason and name in self.unscheduled:
             serial = schedule_serial_reduction(self.unscheduled[name], threads)
             if serial is not None:
                 source, schedule = serial, "serial-reduction"
-                kernel = make_cuda_rkernel(serial, self.max_rtasks)
+                kernel = make_cuda_rkernel(serial, self.max_rtasks, name)
                 reason = _fits(kernel, threads)
         if reason:
             raise UnsupportedOperator(f"{name} {reason}")

@@ -25,8 +25,10 @@ from tvm.ir.expr import Call
 from tvm.target import Target
 
 from ...errors import UnsupportedOperator
+from ...fallbacks import INT32_REFUSED, note_fallback
 from ...tir.analysis import allocated_buffers, buffer_bytes, buffer_elements
 from ...tir.common import gather_covering, root_children
+from ...tir.rules import one_line, operator_name
 from ...tir.schedule import schedule_of
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -283,20 +285,23 @@ def _lower_cross_thread_reductions(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return mod["main"]
 
 
-def _narrow_to_int32(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def _narrow_to_int32(func: tirx.PrimFunc, name: str | None = None) -> tirx.PrimFunc:
     """The kernel's index math in int32, as TVM's own build has it after NarrowDataType.
 
     Narrowed here, while every extent (the grid's included) is still a constant: inside the
     dispatcher the block index comes from a table, its range is unknown, and NarrowDataType
     keeps everything 64-bit (63 64-bit multiplies and 25 ``mul.hi.u64`` in one conv).
-    Extents too large for int32 keep the kernel as it is.
+    A kernel TVM will not narrow keeps its 64-bit indices, noted as a fallback: the pass
+    stops in an ``InternalError`` on a constant beyond int32 (an extent >= 2**31) and on an
+    int64 buffer (argmax's output); a result the dispatcher's ``renew_defs`` would refuse
+    (an IterVar whose variable and domain types differ) is kept out the same way.
     """
     import tvm
 
     try:
         narrowed = tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
-    except Exception:  # noqa: BLE001 - TVM refuses some kernels (an extent >= 2**31)
-        return func
+    except tvm.error.InternalError as error:
+        return _keep_64_bits(func, name, "ForceNarrowIndexToInt32 refused it", error)
     # The pass leaves some block iteration variables int64 over an int32 domain, which
     # later passes refuse (IterVar dtype check): retype them.
     stale: dict[int, tirx.Var] = {}
@@ -314,17 +319,29 @@ def _narrow_to_int32(func: tirx.PrimFunc) -> tirx.PrimFunc:
         )
     try:
         s_tir.renew_defs(narrowed)  # what the dispatcher will do: it must accept the result
-    except Exception:  # noqa: BLE001
-        return func
+    except tvm.error.InternalError as error:
+        return _keep_64_bits(func, name, "the narrowed kernel fails renew_defs", error)
     return narrowed
 
 
-def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUDARKernel:
+def _keep_64_bits(
+    func: tirx.PrimFunc, name: str | None, why: str, error: Exception
+) -> tirx.PrimFunc:
+    """``func`` as it is, with the refused narrowing noted (operator, TVM's reason)."""
+    reason = f"{why}, 64-bit index math kept: {one_line(error)}"
+    note_fallback(INT32_REFUSED, operator_name(func, name), reason)
+    return func
+
+
+def make_cuda_rkernel(
+    func: tirx.PrimFunc, max_rtasks: int | None = None, name: str | None = None
+) -> CUDARKernel:
     """Rewrite a GPU-scheduled PrimFunc into an rKernel (see the module docstring).
 
     With ``max_rtasks``, a kernel with more thread blocks than that is coarsened: one rTask
     runs ``g`` consecutive blocks in a loop, so that planning and task tables stay
-    proportional to the vEU count rather than to the grid size.
+    proportional to the vEU count rather than to the grid size. ``name``: the operator's
+    function, for the fallback notes (else named from the PrimFunc's blocks).
     """
     launches = _launch_count(func)
     if launches > 1:
@@ -334,7 +351,7 @@ def make_cuda_rkernel(func: tirx.PrimFunc, max_rtasks: int | None = None) -> CUD
     cross_thread = _has_cross_thread_reduction(func)
     if cross_thread:
         func = _lower_cross_thread_reductions(func)
-    func = _narrow_to_int32(func)
+    func = _narrow_to_int32(func, name)
     grid, block = _extents(func)
     gx, gy, gz = (grid.get(t, 1) for t in BLOCK_TAGS)
     nx, ny, nz = (block.get(t, 1) for t in THREAD_TAGS)

@@ -47,7 +47,7 @@ def _cpu_features(target: Target) -> frozenset[str] | None:
 
         try:
             features = frozenset(str(f) for f in codegen.llvm_get_cpu_features(target))
-        except Exception:  # an LLVM without this target's architecture
+        except tvm.error.InternalError:  # LLVMTargetInfo's check: an LLVM without this arch
             features = None
         _CPU_FEATURES[key] = features
     return _CPU_FEATURES[key]
