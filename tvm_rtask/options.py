@@ -33,7 +33,7 @@ _NOT_CONFIG = ("policy_options", "cost")
 
 @dataclass(frozen=True)
 class RTaskOptions:
-    """Everything a user can set; see README for what each changes."""
+    """Everything a user can set; see docs/options.md for what each changes."""
 
     policy: str = "wavefront"
     barrier: str | None = None  # None: the backend's default (llvm: fine, CUDA: counter)

@@ -8,7 +8,7 @@ too few workers. Its step array and status are allocated per call.
 
 CUDA (marked ``gpu``, skipped without a device): the sync words of a persistent kernel are a
 Relax constant, which each ``VirtualMachine`` copies to the device when it is created, so
-two VMs of one executable never share them (docs/cuda-rkernel-notes.md, "Concurrent
+two VMs of one executable never share them (docs/cuda-kernels.md, "Concurrent
 callers").
 """
 

@@ -59,7 +59,7 @@ def _nvcc(source: str, arch: str, tmp_path) -> None:
         [NVCC, "-ptx", f"-arch={arch}", "-Xcicc", "-O0", "-o", ptx, str(cu)],
         capture_output=True,
         text=True,
-        timeout=1800,  # full-size LSTM-TC: about 9 kernels x 20-75 s (docs/compile-time-notes.md)
+        timeout=1800,  # full-size LSTM-TC: about 9 kernels x 20-75 s (docs/compile-time.md, "CUDA")
     )
     assert out.returncode == 0, out.stderr[-3000:]
 

@@ -32,7 +32,7 @@ def _matches_references(model, inputs, label, **options):
     """tvm-rtask's CUDA build of ``model`` with ``options`` computes what ONNX Runtime
     computes on the CPU (the independent reference) and, where TVM's default CUDA build agrees
     with ONNX Runtime, what that build computes. TVM 0.27's CUDA build of light ShuffleNet
-    is off from ONNX Runtime and differs from run to run (docs/gpu.md, third window): such a
+    is off from ONNX Runtime and differs from run to run (docs/gpu.md, "What holds now"): such a
     TVM result is reported as a warning, never used as the reference."""
     dev = tvm.cuda(0)
     mod = tvm_rtask.frontend.load(model)

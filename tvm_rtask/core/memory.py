@@ -11,7 +11,7 @@ Why it matters on the CPU: without reuse every intermediate of a model gets byte
 own, the kernels write to memory that is cold in the caches, and MobileNet v2's wavefront
 program ran 10-15% slower under fine barriers than the same waves under TVM's global
 barriers, whose sequential waves ``StorageRewrite`` folds into a handful of buffers
-(``docs/kernel-quality.md``).
+(``docs/cpu-kernels.md``).
 
 Pure Python and numpy, like the rest of ``core``: the backends turn a :class:`MemoryPlan`
 into one allocation per dtype and views at the planned offsets.

@@ -3,7 +3,7 @@
 A persistent kernel holds the code of every distinct kernel in its rProgram, and compilers
 pay for that faster than linearly: nvcc took 400 s on DenseNet-121 in few rPrograms, LLVM
 over 15 minutes on a 250-operator CPU dispatcher, and TVM crashed on 2,048-operator
-rPrograms (docs/compile-time-notes.md). Every policy that packs many operators into one
+rPrograms (docs/compile-time.md). Every policy that packs many operators into one
 rProgram accepts the two options in :data:`LIMIT_OPTIONS` and cuts its rPrograms with a
 :class:`ProgramLimit`; 0 means no limit.
 """

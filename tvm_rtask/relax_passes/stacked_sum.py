@@ -5,7 +5,7 @@ kernels that FuseOps cannot fuse into the convolution before them (the stack is 
 sum a reduction). ResNet-50 from the ONNX model zoo adds its residuals that way: per-operator
 against ONNX Runtime, the conv + batch norm + Sum + relu of a bottleneck block ran 1.3-1.5x
 ONNX Runtime's time where the same conv without the Sum ran 1.0-1.1x, and the Sum alone
-6-10x (docs/kernel-quality.md, "ONNX Runtime gap").
+6-10x (docs/cpu-kernels.md, "Relax rewrites").
 
 :class:`StackedSumToAdd` rewrites ``sum(stack(xs, axis=0), axis=[0])`` (no keepdims) into
 ``x0 + x1 + ...`` when every ``xs[i]`` (a ``broadcast_to`` to the output's shape is looked

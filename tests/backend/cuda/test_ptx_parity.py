@@ -157,7 +157,7 @@ def test_rkernels_match_tvm_kernels_in_ptx(name, body_functions, tmp_path):
             assert mine["ld.shared.bytes"] == tvms["ld.shared.bytes"], (op, mine, tvms)
         if body_functions:
             # dynamic shared memory: nvcc proves less alignment and splits up to one in
-            # nine 128-bit loads into two 64-bit ones (docs/kernel-quality.md)
+            # nine 128-bit loads into two 64-bit ones (docs/cuda-kernels.md)
             assert tvms["ld.shared.v"] <= mine["ld.shared.v"] <= tvms["ld.shared.v"] * 1.15
         else:
             assert mine["ld.shared.v"] == tvms["ld.shared.v"], (op, mine, tvms)

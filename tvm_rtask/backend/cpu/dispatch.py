@@ -230,7 +230,7 @@ def body_function_device(mod, _ctx):
 
     Without the scope LLVM inlines bodies into the dispatcher's parallel lambda (those called
     once, and more with constant rTask ranges) and optimises the grown lambda again: ViT-B/16's
-    lambdas were 114 K of its 150 K lines of LLVM IR (docs/compile-time-notes.md). An
+    lambdas were 114 K of its 150 K lines of LLVM IR (docs/compile-time.md). An
     unscheduled loop nest (an elementwise kernel, a layout change) called from at most
     :data:`MAX_INLINED_CALLS` runs stays inlinable: specialised on its run's constant rTask
     range it runs faster (DenseNet-121's batch norms, one operator each: the model 3.5%
@@ -279,7 +279,7 @@ def is_outlined(func: tirx.PrimFunc, calls: int) -> bool:
 # TVM passes the llvm build leaves out. On the rules' unrolled register tiles they redo what
 # LLVM's optimisation does again (CommonSubexprElim: GVN, HoistIfThenElse: loop unswitching,
 # RemoveNoOp: dead code): 12-16% of the build, run time and outputs unchanged
-# (docs/compile-time-notes.md, fourteenth session)
+# (docs/compile-time.md, "Cheaper code for LLVM")
 SKIPPED_PASSES = ("tirx.RemoveNoOp", "s_tir.HoistIfThenElse")
 SKIPPED_CONFIG = {"tirx.disable_cse_tir": True}
 

@@ -3,7 +3,7 @@
 ``Conv2dNCHW`` vectorises a convolution along the output columns: a row of 17 columns
 (Inception v3's 17x17 layers) fills two 16-lane vectors with 17 useful lanes, a row of 35
 three with 35, and a strided row gathers its input lane by lane. Those layers ran at about
-half the FLOP rate of the others (docs/kernel-quality.md, "Output-channel vectors").
+half the FLOP rate of the others (docs/cpu-kernels.md, "Conv2dPackedNCHW").
 
 :class:`PackConvWeights` rewrites ``conv2d(x, W)`` (NCHW data, OIHW constant float32 weight,
 one group, a spatial kernel) whose output channels are a multiple of ``T`` into a call of the
@@ -61,7 +61,7 @@ MIN_INPUT_CHANNELS = 8
 
 
 PANEL_VECTORS = (4, 2, 3, 1)
-# K-blocked panels (docs/kernel-quality.md, eighth session): three vectors x 7 columns ran
+# K-blocked panels (docs/cpu-kernels.md, K-blocking): three vectors x 7 columns ran
 # up to 12% faster than two x 7 (144 -> 288 3x3 at 14x14: 397 -> 350 us), three x 4 on rows
 # of 8 2-4% slower than two x 8 (FMAs per load 1.71 against 1.6: within BLOCKED_MARGIN).
 BLOCKED_PANEL_VECTORS = (3, 2)
@@ -70,7 +70,7 @@ BLOCKED_MARGIN = 1.1
 # GEMM_TILE_VECTORS vectors with the last one shifted back: where those compute
 # POINTWISE_OVERCOMPUTE times the pixels or more (49 pixels: 64), the channel panels waste
 # less, on maps of at most POINTWISE_MAX_PIXELS (at 14x14 the panels ran faster alone but
-# slower in DenseNet-121 and MobileNet v2; docs/kernel-quality.md, seventh session).
+# slower in DenseNet-121 and MobileNet v2; docs/cpu-kernels.md, "Conv2dPackedNCHW").
 GEMM_TILE_VECTORS = 4
 POINTWISE_OVERCOMPUTE = 1.1
 POINTWISE_MAX_PIXELS = 100

@@ -4,7 +4,7 @@
 line per row, ``n * 4`` bytes apart. When ``n * 4`` is a multiple of 4 KiB (ViT's 3072
 columns: 12 KiB) every row of the tile falls into the same L1 and L2 sets, so the tile does not
 stay in cache: ViT-B/16's MLP layers ran 15-18x ONNX Runtime's time, the attention projection
-(2,304 columns) 2.8x (docs/kernel-quality.md, "Packed matmul weights").
+(2,304 columns) 2.8x (docs/cpu-kernels.md, "Matrix products").
 
 :class:`PackMatmulWeights` rewrites ``matmul(x, W)`` with a constant float32 ``W`` (or the
 ``permute_dims`` of a constant, as ONNX ``Gemm(transB=1)`` imports) into a call of the

@@ -1,7 +1,7 @@
 """Build the outlined body functions of an llvm module in forked processes.
 
 TVM builds an IRModule as one LLVM module in one thread, and the TIR passes and LLVM over the
-rules' unrolled register tiles are most of a compile (docs/compile-time-notes.md). Two threads
+rules' unrolled register tiles are most of a compile (docs/compile-time.md). Two threads
 of one process gain little (each ran 45% slower than alone: ResNet-18's build 3.3 s alone,
 4.8 s each in two threads), while two processes run at full speed. So the bodies compiled out
 of line anyway (``dispatch.OUTLINED_ATTR``, or called by more than ``MAX_INLINED_CALLS``

@@ -37,7 +37,7 @@ from .rules import rules_enabled
 RKERNEL_SUFFIX = "_rkernel"
 ARCH_SPECS = {"sm_70": "v100", "sm_80": "a100", "sm_90": "h100"}
 # The defaults below bound compile and planning time; the measurements that chose them are
-# in docs/compile-time-notes.md, "Why the CUDA backend's limits are what they are".
+# in docs/compile-time.md, "The CUDA backend's limits".
 # Distinct rKernels per rProgram: nvcc's time grows faster than linearly with the kernel,
 # and each distinct body is emitted once per rProgram.
 MAX_KERNELS_PER_PROGRAM = 32
@@ -167,7 +167,7 @@ class CUDARKernelMaker(RKernelMaker):
     """
 
     # a multi-output kernel inside the CUDA dispatcher fails TVM's build (docs/
-    # cuda-rkernel-notes.md): such kernels stay ordinary calls on CUDA
+    # fusion.md, "Kernel counts"): such kernels stay ordinary calls on CUDA
     multi_output = False
 
     def __init__(
@@ -569,7 +569,7 @@ class CUDABackend(Backend):
         except SpillError as err:
             # "replan": api.compile plans again with fewer vEUs per SM (replan_options);
             # not the default, as fewer vEUs per SM did not remove the spills measured
-            # (docs/kernel-quality.md, "Spills of the persistent kernels")
+            # (docs/cuda-kernels.md, "Body functions")
             if cuda.spills == "error":
                 raise
             if (

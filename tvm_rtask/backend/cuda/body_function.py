@@ -3,7 +3,7 @@
 Inlined into the persistent kernel, every distinct rKernel body shares one register
 allocation with all the others, and nvcc keeps values of many bodies live across the whole
 entry loop: reduced SqueezeNet's wavefront kernel spills 1,740 bytes at 80 registers although
-no body alone spills more than 24 (docs/kernel-quality.md: what was tried). As a
+no body alone spills more than 24 (docs/cuda-kernels.md: what was tried). As a
 ``__device__ __noinline__`` function, each body gets its own register allocation, and one
 function serves every rProgram of the model that runs it. The dispatcher makes functions of
 the bodies that use shared memory (``CUDAProgramCode.as_function``); small ones stay inlined.

@@ -103,7 +103,7 @@ class CUDAProgramCode:
         """Whether the body of ``ops`` is a device function: with ``body_functions``, a body
         that uses shared memory (tiled convolutions, matmuls, reductions: the large bodies
         whose values nvcc kept live across the merged kernel). Small elementwise bodies stay
-        inlined: as calls they cost the RNNs more than they saved (docs/kernel-quality.md)."""
+        inlined: as calls they cost the RNNs more than they saved (docs/cuda-kernels.md)."""
         return self.body_functions and self.calls[ops[0]][0].shared_mem > 0
 
     @cached_property

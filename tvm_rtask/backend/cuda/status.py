@@ -18,7 +18,7 @@ STATUS_WORDS = 8
 
 
 # The sync words are a constant each VirtualMachine copies to the device when it is made
-# (docs/cuda-rkernel-notes.md, "Concurrent callers"): a fresh VM starts from clean words.
+# (docs/cuda-kernels.md, "Concurrent callers"): a fresh VM starts from clean words.
 _AFTER = "Make a new relax.VirtualMachine of the executable before calling it again."
 
 

@@ -147,7 +147,7 @@ GROUPED = {
 def test_grouped_and_depthwise_convolutions(case):
     """Grouped convolutions read the weight as [f, rc, ry, rx] too (rc within the group):
     the rule schedules them (grouped 1.6-55x, depthwise 3x3 1.7-2.2x faster than the
-    unscheduled TIR, docs/kernel-quality.md)."""
+    unscheduled TIR, docs/cpu-kernels.md)."""
     func = fused_func(conv_module(*GROUPED[case]))
     for target in (LLVM, NATIVE):
         scheduled = schedule_cpu_func(func, target)

@@ -4,7 +4,7 @@ reduced (the full ResNeXt-29 is a slow test).
 
 * ptxas: no spill stores, and no more registers than dlight's kernel of the same PrimFunc or
   :data:`REGISTERS` (72, what dlight's heaviest convolution needs), so the persistent
-  kernels' register budget (the most any rKernel needs, docs/cuda-rkernel-notes.md) and
+  kernels' register budget (the most any rKernel needs, docs/cuda-kernels.md) and
   with it the vEUs per SM do not get worse;
 * no 64-bit ``mul.hi`` (index math in int32);
 * 128-bit shared loads in every implicit-GEMM kernel;
@@ -15,7 +15,7 @@ reduced (the full ResNeXt-29 is a slow test).
   tile's FMAs are partly on zeros), and more there when K is a multiple of 32 (512 against
   256: 4x4 registers x 32 staged elements, dlight's 4x4 x 16).
 
-``pytest -s`` prints the table (docs/kernel-quality.md quotes it).
+``pytest -s`` prints the table (docs/cuda-kernels.md quotes it).
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def is_rule_scheduled(func: tirx.PrimFunc) -> bool:
 
 
 # Whether make_rkernels schedules PrimFuncs with the rules when the option cpu_rules is not
-# given (on: measured in docs/compile-time-notes.md, "Why the CUDA backend's limits"); the
+# given (on: measured in docs/compile-time.md, "The CUDA backend's limits"); the
 # environment variable TVM_RTASK_CPU_RULES=0/1 changes this default for a process, the
 # option wins over both.
 ENABLED_BY_DEFAULT = True

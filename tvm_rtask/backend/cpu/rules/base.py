@@ -270,7 +270,7 @@ def finish_tile_blocks(sch: s_tir.Schedule, blocks, tile_loop, lanes: int) -> No
             elif lanes > 1 and extent is not None and extent > lanes:
                 # a flattened pixel axis of several vectors (a 1x1 convolution's tile): a
                 # loop of vectors, not a scalar loop for LLVM's vectorizer; not unrolled
-                # (unrolled, accumulators left the registers: docs/compile-time-notes.md)
+                # (unrolled, accumulators left the registers: docs/compile-time.md)
                 vectorize_whole(sch, loops[-1], lanes)
         unroll_cheap(sch, block, loops[:-1])
 
@@ -297,7 +297,7 @@ def overlap_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent
     end at ``extent``: in every block binding ``tile_var * tile`` becomes ``min(tile_var *
     tile, extent - tile)``, and the predicates that mention ``tile_var`` (the split's tail
     guard) are dropped. The last tile then overlaps the one before it instead of running
-    with a predicate, which TVM 0.27's ``VectorizeLoop`` scalarizes (docs/kernel-quality.md).
+    with a predicate, which TVM 0.27's ``VectorizeLoop`` scalarizes (docs/findings.md).
     Correct when each element under the tile loop is computed from the inputs alone, so that
     computing it twice writes the same value. Apply after the last schedule primitive: the
     bindings are no longer affine. None when a binding uses ``tile_var`` otherwise, or the

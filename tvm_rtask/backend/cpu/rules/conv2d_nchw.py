@@ -30,7 +30,7 @@ copied into a buffer of its own, so that no pixel vector straddles two cache lin
 Where the pixel tiles do not divide the plane and the channel groups are what runs in
 parallel, the last tile runs after the others and computes only the vectors past them
 (``base.narrow_last_tile``): 196 pixels in tiles of 4 vectors compute 208 pixels instead of
-256 (docs/kernel-quality.md, ninth session).
+256 (docs/cpu-kernels.md).
 
 Columns: ``XV`` is one vector (the target's lanes) when the row is at least that wide; when
 the vector does not divide the row, the last tile starts at ``W - XV`` and recomputes a few
@@ -196,7 +196,7 @@ def _aligned_strip(sch: s_tir.Schedule, conv, width: int, tile_loop, lanes: int)
     """Copy the input strip of each pixel tile of a flattened 1x1 convolution (every input
     channel, the tile's pixels) into a buffer of its own before the channel blocks read
     it, so that no pixel vector straddles two cache lines where an input channel plane is
-    not a whole number of vectors (13x13: 676 bytes; docs/kernel-quality.md)."""
+    not a whole number of vectors (13x13: 676 bytes; docs/cpu-kernels.md)."""
     strip = sch.cache_read(conv, _input_read(sch, conv), "global")
     flat_pixels = lambda n_, c_, h_, w_: (n_, c_, h_ * width + w_)  # noqa: E731
     sch.transform_layout(strip, ("write", 0), flat_pixels)

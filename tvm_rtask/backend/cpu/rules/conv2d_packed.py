@@ -41,7 +41,7 @@ memory) once per row::
 
 Alone, 2 threads: ResNet's ``512 -> 512`` 3x3 at 7x7 1028 -> 728 us, ``512 -> 512`` 3x3/2
 from 14x14 1065 -> 779, ``256 -> 256`` at 14x14 688 -> 609; maps of 28x28 and more 5-8%
-(docs/kernel-quality.md, eighth session).
+(docs/cpu-kernels.md, K-blocking).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ POINTWISE_BLOCKED_MAX_PIXELS = 196
 POINTWISE_BLOCKED_MIN_CHANNELS = 128
 # In the models, the projections of MobileNet v2 (384 -> 64, 576 -> 96 at 14x14) and
 # DenseNet-121 (C -> 128) ran slower blocked than as GEMMs, though faster alone
-# (docs/kernel-quality.md, eighth session): few panels, so bands of two rows a task.
+# (docs/cpu-kernels.md, K-blocking): few panels, so bands of two rows a task.
 POINTWISE_BLOCKED_MIN_OUT_CHANNELS = 256
 
 
@@ -278,7 +278,7 @@ def _band_pixels_as_one_loop(sch, acc, wx) -> None:
     """The K-blocked write-back's rows and columns (``wx``) fused into one loop over the
     band's pixels. A band spans whole rows, so the index stays affine; as a loop of a few rows
     LLVM unrolled it whole (its cost model folds the indices of short loops), hundreds of
-    vector stores that ran no faster (docs/compile-time-notes.md)."""
+    vector stores that ran no faster (docs/compile-time.md)."""
     loops = sch.get_loops(acc)
     i = [sch.get(loop).same_as(sch.get(wx)) for loop in loops].index(True)
     sch.fuse(loops[i - 1], loops[i])

@@ -32,7 +32,7 @@ __all__ = [
 
 # Whether schedule_for_cuda tries these rules when the option cuda_rules is not given; the
 # environment variable TVM_RTASK_CUDA_RULES=0/1 changes it for a process, the option wins
-# over both. Off until a GPU has timed them (why: docs/kernel-quality.md, "CUDA").
+# over both. Off until a GPU has timed them (why: docs/cuda-kernels.md, "Convolution rules").
 ENABLED_BY_DEFAULT = False
 
 
