@@ -35,8 +35,8 @@ def check_plan(plan: Plan) -> None:
     again.validate()
 
 
-POLICIES = ["sequential", "wavefront", "wavefront_global", "ios", "opara"]
-NEVER_SLOWER_THAN_SEQUENTIAL = {"wavefront", "wavefront_global", "ios"}
+POLICIES = ["sequential", "wavefront", "wavefront_global", "ios", "opara", "auto"]
+NEVER_SLOWER_THAN_SEQUENTIAL = {"wavefront", "wavefront_global", "ios", "auto"}
 
 
 def check_all_policies(graph: RGraph, vd: VDevice) -> None:

@@ -59,6 +59,8 @@ class Plan:
     # schedule rule skipped, an operator kept ordinary, a layout kept, ...; api.build adds
     # the build's own to the Plan it returns (they happen after the JSON is in the module).
     fallbacks: list[dict[str, str]] = field(default_factory=list)
+    # policy "auto": the candidates' estimates and the one chosen (``policy`` names it)
+    choice: dict[str, Any] = field(default_factory=dict)
 
     def programs(self) -> list[RProgram]:
         return [s for s in self.steps if isinstance(s, RProgram)]
@@ -152,6 +154,7 @@ class Plan:
             "max_ops_per_program": max((len(p.ops()) for p in progs), default=0),
             "max_ops_side_by_side": side_by_side,
             "ptxas": dict(self.kernel_usage),
+            "policy_choice": dict(self.choice),
             "fallbacks": [dict(note) for note in self.fallbacks],
         }
 
@@ -171,6 +174,7 @@ class Plan:
             "target": _jsonable(self.target),
             "sync": self.sync,
             "fallbacks": [dict(note) for note in self.fallbacks],
+            "choice": _jsonable(self.choice),
         }
 
     @classmethod
@@ -196,6 +200,7 @@ class Plan:
             target=dict(d.get("target", {})),
             sync=sync,
             fallbacks=[dict(note) for note in d.get("fallbacks", [])],  # absent before them
+            choice=dict(d.get("choice", {})),
         )
 
     def to_json(self, indent: int | None = None) -> str:

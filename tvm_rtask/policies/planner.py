@@ -44,7 +44,9 @@ def make_plan(
     steps = pol.plan(graph, vdevice, cost)
     if ordinary_fallback:
         steps = fall_back_to_ordinary(steps, graph, vdevice, cost, sync)
-    plan = Plan(graph, vdevice, steps, policy=pol.name, policy_options=dict(pol.options))
+    choice = dict(getattr(pol, "choice", {}))  # policy "auto": what it chose and why
+    name = choice.get("chosen", pol.name)
+    plan = Plan(graph, vdevice, steps, policy=name, policy_options=dict(pol.options), choice=choice)
     plan.sync = sync
     plan.validate(sync)
     plan.estimated_us = simulate_plan(steps, graph, vdevice, cost, sync)

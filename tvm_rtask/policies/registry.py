@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import OptionError
+from .auto import AutoPolicy
 from .ios import IOSPolicy
 from .opara import OparaPolicy
 from .policy import Policy
@@ -17,7 +18,14 @@ from .wavefront import WavefrontGlobalPolicy, WavefrontPolicy
 
 _REGISTRY: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (WavefrontPolicy, WavefrontGlobalPolicy, IOSPolicy, OparaPolicy, SequentialPolicy)
+    for cls in (
+        WavefrontPolicy,
+        WavefrontGlobalPolicy,
+        IOSPolicy,
+        OparaPolicy,
+        SequentialPolicy,
+        AutoPolicy,
+    )
 }
 
 
