@@ -43,20 +43,21 @@ lint: venv
 clean:
 	rm -rf build dist $(STAMP)
 
-# The GPU kit (docs/gpu.md): on the GPU machine after `source .gpu/b/setup.sh` (no .venv
-# there: python3), here a dry run on llvm. `make gpu-check ARGS="--skip-bench"`.
+# The GPU kit (docs/gpu.md), `python -m bench <command>` run from this directory: on the GPU
+# machine after `source .gpu/b/setup.sh` (no .venv there: python3), here a dry run.
+# `make gpu-check`: the gpu-marked tests, resumable (ARGS="--tests ... --deadline 200").
 GPU_PY ?= $(if $(wildcard $(VPY)),$(VPY),python3)
 
 .PHONY: gpu-check
 gpu-check:
-	$(GPU_PY) bench/gpu_check.py $(ARGS)
+	$(GPU_PY) -m bench gpu-check $(ARGS)
 
 # One GPU window (issue 26, docs/gpu.md): `make gpu-pack` here (no GPU needed) makes .gpu/a and
 # .gpu/b; on the GPU machine `source .gpu/b/setup.sh && make gpu-window`. Without a GPU,
 # `make gpu-window ARGS="--out DIR"` is the dry run (GPU ABSENT).
 .PHONY: gpu-pack gpu-window
 gpu-pack:
-	$(GPU_PY) bench/gpu_pack.py $(ARGS)
+	$(GPU_PY) -m bench gpu-pack $(ARGS)
 
 gpu-window:
-	$(GPU_PY) bench/gpu_window.py $(ARGS)
+	$(GPU_PY) -m bench gpu-window $(ARGS)

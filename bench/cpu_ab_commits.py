@@ -1,6 +1,6 @@
 """Two commits' compiled models, timed against each other in one process (llvm).
 
-Usage: python bench/cpu_ab_commits.py --base REV [--models resnet18 ...] [--size full]
+Usage: python -m bench ab --base REV [--models resnet18 ...] [--size full]
        [--seconds 10] [--target llvm-native] [--json OUT.json]
 
 A change to the compiler should leave the kernels it makes as fast as they were; separate
@@ -26,13 +26,12 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
-# put a source tree ahead of the editable install (a meta-path finder) in a child process
+# a child run in another source tree (its cwd, first on sys.path) imports tvm_rtask from there,
+# not through the editable install (a meta-path finder)
 USE_TREE = r"""
 import sys
-tree = sys.argv.pop(1)
-if tree != "-":
+if sys.argv.pop(1) != "-":
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
-    sys.path.insert(0, tree)
 """
 
 EXPORT = (
@@ -69,7 +68,7 @@ from tvm import relax
 from tvm_rtask import native
 from tvm_rtask.models.real import load_real_model, sample_inputs
 from tvm_rtask.runtime import set_num_threads
-from tvm_rtask.testing.peers import stats, time_calls
+from bench.peers import stats, time_calls
 from tvm_rtask.testing.run import run_executable
 name, size, seconds, base, head = sys.argv[1:]
 native.load()
@@ -101,15 +100,14 @@ print("RESULT " + json.dumps(row), flush=True)
 """
 
 
-def _run(args: list[str]) -> str:
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+def _run(args: list[str], cwd: str = ROOT) -> str:
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"failed: {' '.join(args[:3])} ...\n{proc.stderr[-3000:]}")
     return proc.stdout
 
 
-def main() -> None:
-    sys.path.insert(0, ROOT)
+def main(argv: list[str] | None = None) -> None:
     from tvm_rtask import native
     from tvm_rtask.models.real import REAL_MODELS
 
@@ -120,7 +118,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--target", default="llvm-native")
     parser.add_argument("--json", help="write the rows here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="rtask-ab-") as tmp:
         tree = os.path.join(tmp, "tree")
@@ -133,23 +131,21 @@ def main() -> None:
             for side, source in (("base", tree), ("head", "-")):
                 os.makedirs(out[side])
                 _run([sys.executable, "-c", EXPORT, source, out[side], args.size, args.target,
-                      *args.models])  # fmt: skip
+                      *args.models], cwd=ROOT if source == "-" else source)  # fmt: skip
             rows = []
             for name in args.models:
                 text = _run([sys.executable, "-c", TIME, name, args.size, str(args.seconds),
                              out["base"], out["head"]])  # fmt: skip
                 row = json.loads(text.split("RESULT ", 1)[1])
                 rows.append(row)
-                print(
-                    f"{name}: base {row['base_ms']:.3f} ms, head {row['head_ms']:.3f} ms "
-                    f"({row['head_ms'] / row['base_ms'] - 1:+.1%}); compile CPU s "
-                    f"{row['base_compile_cpu_s']:.1f} -> {row['head_compile_cpu_s']:.1f}, "
-                    f"wall s {row['base_compile_wall_s'] or 0:.1f} -> "
-                    f"{row['head_compile_wall_s'] or 0:.1f}; "
-                    f"max |diff| {row['max_abs_diff']:.2g} (outputs up to "
-                    f"{row['max_abs_output']:.3g}); {row['runs']} runs each",
-                    flush=True,
-                )
+                print(f"{name}: base {row['base_ms']:.3f} ms, head {row['head_ms']:.3f} ms "
+                      f"({row['head_ms'] / row['base_ms'] - 1:+.1%}); compile CPU s "
+                      f"{row['base_compile_cpu_s']:.1f} -> {row['head_compile_cpu_s']:.1f}, "
+                      f"wall s {row['base_compile_wall_s'] or 0:.1f} -> "
+                      f"{row['head_compile_wall_s'] or 0:.1f}; max |diff| "
+                      f"{row['max_abs_diff']:.2g} (outputs up to {row['max_abs_output']:.3g}); "
+                      f"{row['runs']} runs each",
+                      flush=True)  # fmt: skip
         finally:
             _run(["git", "worktree", "remove", "--force", tree])
     if args.json:

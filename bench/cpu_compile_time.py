@@ -1,28 +1,19 @@
 """CPU compile time: TVM's default build against tvm-rtask (wavefront, sequential), per model.
 
-Usage: python bench/cpu_compile_time.py [--size full|reduced] [--models resnet18 ...]
+Usage: python -m bench compile [--size full|reduced] [--models resnet18 ...]
        [--light inception_v1 ...] [--modes tvm wavefront sequential] [--target llvm-native]
        [--timeout 1800] [--out bench/results] [--tag NAME] [--ready] [--build-jobs auto|N]
        [--repeat 3]
 
-Each (model, mode) compiles in a fresh subprocess (no cache, no import shared between modes),
-``--repeat`` times with the modes interleaved; every number reported is the median of the
-repeats (each run is kept in the JSON, ``runs``): ``tvm.compile(mod, target)`` for ``tvm``,
-``tvm_rtask.compile(mod, target, policy=...)`` otherwise. Reported per run: wall time of the
-compile call, CPU time of the compile call, the build processes tvm-rtask forks included (the
-steadier number on a shared machine; the one-time import of ``tvm_rtask.api`` that a first
-``tvm_rtask.compile`` triggers is timed apart, as ``import_cpu_s``), and the wall time of each
-tvm-rtask stage from the progress log (prepare/fuse, plan, lower, build). Ratios to TVM on CPU
-time and on wall time (they differ where tvm-rtask builds in several processes, option
-``cpu_build_jobs``). With ``--ready`` the child also times the VM's creation (where the JIT
-makes the machine code, which neither compile call includes), a first call and a second;
-``ready_s`` = compile wall + VM creation is the time until the model is ready to run, compared
-with TVM's the same way (TVM's default build runs unscheduled, so its inference is not
-counted); the first call's extra over the second is reported apart (where one call takes a
-minute, two calls differ by more than a compile takes: docs/compile-time-notes.md). The machine
-load (``os.getloadavg``) before and after the whole run is recorded with the results.
-Models: ``tvm_rtask.models.real`` (all of REAL_MODELS by default, ``--size``), plus any onnx
-light models named with ``--light``. Writes ``<date>-cpu-compile-time[-<tag>].json/.md``.
+Each (model, mode) compiles in a fresh subprocess, ``--repeat`` times with the modes
+interleaved; every number is the median of the repeats (each run kept in the JSON, ``runs``).
+Per run: wall and CPU time of the compile call (``tvm.compile`` or ``tvm_rtask.compile``), the
+build processes tvm-rtask forks included (the one-time import of ``tvm_rtask.api`` apart, as
+``import_cpu_s``), and each tvm-rtask stage's wall time from the progress log; ratios to TVM.
+``--ready`` also times the VM's creation (where the JIT makes the machine code: ``ready_s`` =
+compile wall + VM creation), a first call and a second. The machine load before and after is
+recorded. Models: ``tvm_rtask.models.real`` (all by default, ``--size``) and the onnx light
+models named with ``--light``. Writes ``<date>-cpu-compile-time[-<tag>].json/.md``.
 """
 
 from __future__ import annotations
@@ -95,34 +86,20 @@ print("RESULT " + json.dumps(result), flush=True)
 """
 
 
-def run_one(
-    kind: str,
-    name: str,
-    size: str,
-    mode: str,
-    target: str,
-    timeout: float,
-    ready: bool,
-    jobs: str = "auto",
-) -> dict:
+def run_one(kind: str, name: str, size: str, mode: str, target: str, timeout: float,
+            ready: bool, jobs: str = "auto") -> dict:  # fmt: skip
     before = os.times()
     start = time.perf_counter()
+    cmd = [sys.executable, "-c", CHILD, kind, name, size, mode, target, str(int(ready)), jobs]
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", CHILD, kind, name, size, mode, target, str(int(ready)), jobs],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     after = os.times()
-    row: dict = {
-        "process_wall_s": time.perf_counter() - start,
-        "process_cpu_s": (after.children_user - before.children_user)
-        + (after.children_system - before.children_system),
-    }
+    row: dict = {"process_wall_s": time.perf_counter() - start}
+    row["process_cpu_s"] = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
     out = proc.stdout + proc.stderr
     for line in out.splitlines():
         if line.startswith("RESULT "):
@@ -133,7 +110,7 @@ def run_one(
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="full", choices=("full", "reduced"))
     parser.add_argument("--models", nargs="*", default=None)
@@ -143,25 +120,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     parser.add_argument("--tag", default="")
-    parser.add_argument(
-        "--build-jobs",
-        default="auto",
-        help="tvm-rtask's cpu_build_jobs (processes that build the kernels; auto: the cores)",
-    )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=3,
-        help="fresh-process compiles per model and mode, the modes interleaved (medians)",
-    )
-    parser.add_argument(
-        "--ready",
-        action="store_true",
-        help="also time the first call (the JIT's machine code) and a second one",
-    )
-    args = parser.parse_args()
+    parser.add_argument("--build-jobs", default="auto", help="tvm-rtask's cpu_build_jobs "
+                        "(processes that build the kernels; auto: the cores)")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=3, help="fresh-process compiles per model "
+                        "and mode, the modes interleaved (medians)")  # fmt: skip
+    parser.add_argument("--ready", action="store_true", help="also time the first call (the "
+                        "JIT's machine code) and a second one")  # fmt: skip
+    args = parser.parse_args(argv)
 
-    sys.path.insert(0, ROOT)
     from tvm_rtask.models.real import REAL_MODELS
 
     models = [("real", m) for m in (REAL_MODELS if args.models is None else args.models)]
@@ -172,16 +138,8 @@ def main() -> None:
         runs: dict[str, list[dict]] = {mode: [] for mode in args.modes}
         for _ in range(args.repeat):  # the modes interleaved: a slow stretch hits both
             for mode in args.modes:
-                run = run_one(
-                    kind,
-                    name,
-                    args.size,
-                    mode,
-                    args.target,
-                    args.timeout,
-                    args.ready,
-                    args.build_jobs,
-                )
+                run = run_one(kind, name, args.size, mode, args.target, args.timeout,
+                              args.ready, args.build_jobs)  # fmt: skip
                 runs[mode].append(run)
                 print(json.dumps({"model": name, "mode": mode, **run}), flush=True)
         for mode in args.modes:
@@ -225,15 +183,8 @@ def write(args, rows: list[dict], load_before, load_after) -> None:
 
     date = datetime.date.today().isoformat()
     stem = f"{date}-cpu-compile-time" + (f"-{args.tag}" if args.tag else "")
-    meta = {
-        "date": date,
-        "target": args.target,
-        "size": args.size,
-        "machine": platform.node(),
-        "cpu_count": os.cpu_count(),
-        "loadavg_before": load_before,
-        "loadavg_after": load_after,
-    }
+    meta = {"date": date, "target": args.target, "size": args.size, "machine": platform.node()}
+    meta.update(cpu_count=os.cpu_count(), loadavg_before=load_before, loadavg_after=load_after)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
@@ -260,24 +211,15 @@ def write(args, rows: list[dict], load_before, load_after) -> None:
             continue
         st = r["stages"]
         ratio, wall_ratio = r.get("ratio_cpu_to_tvm"), r.get("ratio_wall_to_tvm")
-        cells = [
-            r["model"],
-            r["mode"],
-            f"{r['cpu_s']:.1f}",
-            f"{r['wall_s']:.1f}",
-            f"{ratio:.1f}" if ratio is not None else "-",
-            f"{wall_ratio:.1f}" if wall_ratio is not None else "-",
-            *(
-                f"{st[s]:.1f}" if s in st else "-"
-                for s in ("prepare/fuse", "plan", "lower", "build")
-            ),
-            f"{r['import_cpu_s']:.1f}" if "import_cpu_s" in r else "-",
-            f"{r['ready_s']:.1f} ({r['ratio_ready_to_tvm']:.1f})"
-            if "ratio_ready_to_tvm" in r
-            else "-",
-            f"{r['first_call_s'] - r['second_call_s']:.2f}" if "vm_s" in r else "-",
-            f"{r['second_call_s']:.3f}" if "second_call_s" in r else "-",
-        ]
+        cells = [r["model"], r["mode"], f"{r['cpu_s']:.1f}", f"{r['wall_s']:.1f}"]
+        cells += [f"{x:.1f}" if x is not None else "-" for x in (ratio, wall_ratio)]
+        stages = ("prepare/fuse", "plan", "lower", "build")
+        cells += [f"{st[s]:.1f}" if s in st else "-" for s in stages]
+        cells.append(f"{r['import_cpu_s']:.1f}" if "import_cpu_s" in r else "-")
+        ready = r.get("ready_s"), r.get("ratio_ready_to_tvm")
+        cells.append(f"{ready[0]:.1f} ({ready[1]:.1f})" if "ratio_ready_to_tvm" in r else "-")
+        cells.append(f"{r['first_call_s'] - r['second_call_s']:.2f}" if "vm_s" in r else "-")
+        cells.append(f"{r['second_call_s']:.3f}" if "second_call_s" in r else "-")
         lines.append("| " + " | ".join(cells) + " |")
     with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -1,30 +1,17 @@
 """``make gpu-pack``: everything a GPU window needs, in two batches that fit one device call each.
 
-Run on an ordinary machine (no GPU) from the project root::
+Run on an ordinary machine (no GPU) from the project root (docs/gpu.md)::
 
-    python bench/gpu_pack.py            # = make gpu-pack
-    python bench/gpu_pack.py --smoke    # the dry run's one tiny build instead of the window's
+    python -m bench gpu-pack            # = make gpu-pack
+    python -m bench gpu-pack --smoke    # the dry run's one tiny build instead of the window's
 
-Makes ``.gpu/`` (ignored by git):
-
-``.gpu/a/``  command 1's batch: the first part of the TVM wheel (apache-tvm 0.27.0.post1,
-             cp312 manylinux x86_64, fetched with ``pip download``), cut so that the batch
-             and the working tree together fit a call (64 MiB) and the batch is <= 60 MiB;
-``.gpu/b/``  command 2's batch: the rest of the wheel, apache-tvm-ffi 0.1.14.post1 and the
-             pure-Python wheels the GPU image lacks, ``setup.sh`` (``bench/gpu_setup.sh``)
-             and ``prep.tar.xz``: the nvcc cache (cubin + ptxas report, sm_90) of every
-             tvm-rtask CUDA build the window makes (``gpu_window.py --prepare``), so the
-             device compiles none of them, the kernels' register counts (``registers/``:
-             the device skips the kernels' stand-alone TVM build for the register budget),
-             and its ``manifest.json`` (nvcc's version, the
-             inputs' digests, what was built, the source hash);
-``.gpu/pack.json``  sizes, seconds, what was prepared; printed at the end with the two calls.
-
-What cannot be prepared here (it compiles on the device): TVM's own builds (a Relax
-executable holds the weights: 7.3 MB for SqueezeNet, over 100 MB for ResNeXt-29; and TVM's
-CUDA code is compiled by NVRTC inside ``tvm.compile`` there), the planning and lowering of
-the tvm-rtask builds (seconds; only their nvcc step is cached), ``torch.compile``, the kernel
-report's one-operator builds and the profile's stand-alone kernels.
+Makes ``.gpu/`` (ignored by git): ``.gpu/a/`` (command 1's batch: the first part of the TVM
+wheel, apache-tvm 0.27.0.post1 cp312 manylinux x86_64 from ``pip download``, cut so that the
+batch is <= 60 MiB and fits one call (64 MiB) with the working tree); ``.gpu/b/`` (command
+2's: the rest of the wheel, apache-tvm-ffi 0.1.14.post1 and the pure-Python wheels the GPU
+image lacks, ``setup.sh`` (``bench/gpu_setup.sh``) and ``prep.tar.xz``: the nvcc cache of
+every tvm-rtask CUDA build the window makes (``gpu-window --prepare``), the kernels' register
+counts and ``manifest.json``); ``.gpu/pack.json`` (sizes, seconds, what was prepared).
 """
 
 from __future__ import annotations
@@ -40,22 +27,16 @@ import tarfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from bench import HERE, ROOT
+
 MIB = 2**20
 BATCH_LIMIT = 60 * MIB  # the issue's limit per batch
 CALL_LIMIT = 64 * MIB  # what one device call carries: the working tree + the carried batch
 TVM = "apache-tvm==0.27.0.post1"
 TVM_FFI = "apache-tvm-ffi==0.1.14.post1"
 PURE_WHEELS = ["networkx", "tqdm", "pytest-timeout", "pytest-xdist", "execnet", "onnx2torch"]
-PLATFORMS = [
-    "manylinux_2_28_x86_64",
-    "manylinux_2_27_x86_64",
-    "manylinux_2_24_x86_64",
-    "manylinux_2_17_x86_64",
-    "manylinux2014_x86_64",
-    "any",
-]
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any"]  # fmt: skip
 
 
 def download(dest: Path, python: str = sys.executable) -> list[Path]:
@@ -72,11 +53,8 @@ def download(dest: Path, python: str = sys.executable) -> list[Path]:
 def working_tree_bytes(root: Path = ROOT) -> int:
     """Bytes of what travels with every call: tracked files and untracked ones git does
     not ignore."""
-    out = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True,
-        check=True,
-    ).stdout
+    cmd = ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    out = subprocess.run(cmd, capture_output=True, check=True).stdout
     total = 0
     for name in out.decode().split("\0"):
         path = root / name
@@ -97,10 +75,8 @@ def check_batches(sizes: dict[str, int], tree: int) -> list[str]:
         if size > BATCH_LIMIT:
             problems.append(f"batch {name}: {size / MIB:.1f} MiB > {BATCH_LIMIT / MIB:.0f} MiB")
         if size + tree > CALL_LIMIT:
-            problems.append(
-                f"batch {name} + working tree: {(size + tree) / MIB:.1f} MiB > "
-                f"{CALL_LIMIT / MIB:.0f} MiB per call"
-            )
+            problems.append(f"batch {name} + working tree: {(size + tree) / MIB:.1f} MiB > "
+                            f"{CALL_LIMIT / MIB:.0f} MiB per call")  # fmt: skip
     return problems
 
 
@@ -128,10 +104,11 @@ def compress_prep(prep: Path, dest: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=str(ROOT / ".gpu"))
-    p.add_argument("--jobs", type=int, default=2, help="builds side by side (default 2)")
-    p.add_argument("--smoke", action="store_true", help="prepare the dry run's tiny build only")
-    p.add_argument("--no-prepare", action="store_true", help="the wheels and setup.sh only")
+    add = p.add_argument
+    add("--out", default=str(ROOT / ".gpu"))
+    add("--jobs", type=int, default=2, help="builds side by side (default 2)")
+    add("--smoke", action="store_true", help="prepare the dry run's tiny build only")
+    add("--no-prepare", action="store_true", help="the wheels and setup.sh only")
     args = p.parse_args(argv)
     started = time.time()
     out = Path(args.out)
@@ -146,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     manifest: dict = {}
     if not args.no_prepare:
         t = time.time()
-        cmd = [sys.executable, str(HERE / "gpu_window.py"), "--prepare", str(prep)]
+        cmd = [sys.executable, "-m", "bench.gpu_window", "--prepare", str(prep)]
         cmd += ["--jobs", str(args.jobs)] + (["--smoke"] if args.smoke else [])
         status = subprocess.run(cmd, cwd=str(ROOT)).returncode
         times["prepare_s"] = round(time.time() - t, 1)
@@ -174,33 +151,20 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = {name: batch_bytes(out / name) for name in ("a", "b")}
     problems = check_batches(sizes, tree)
-    doc = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "cores": os.cpu_count(),
-        "seconds": round(time.time() - started, 1),
-        **times,
-        "batch_bytes": sizes,
-        "batch_mib": {k: round(v / MIB, 1) for k, v in sizes.items()},
-        "working_tree_mib": round(tree / MIB, 1),
-        "prep_tar_mib": round(
-            (out / "b" / "prep.tar.xz").stat().st_size / MIB
-            if (out / "b" / "prep.tar.xz").exists()
-            else 0,
-            1,
-        ),
-        "nvcc": manifest.get("nvcc"),
-        "nvcc_entries": len(manifest.get("nvcc_entries", [])),
-        "nvcc_mib": round(manifest.get("nvcc_bytes", 0) / MIB, 1),
-        "prepared_builds": manifest.get("builds", []),
-        "problems": problems,
-    }
+    tar = out / "b" / "prep.tar.xz"
+    doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cores": os.cpu_count()}
+    doc.update(seconds=round(time.time() - started, 1), **times, batch_bytes=sizes)
+    doc.update(batch_mib={k: round(v / MIB, 1) for k, v in sizes.items()})
+    doc.update(working_tree_mib=round(tree / MIB, 1))
+    doc.update(prep_tar_mib=round(tar.stat().st_size / MIB if tar.exists() else 0, 1))
+    doc.update(nvcc=manifest.get("nvcc"), nvcc_entries=len(manifest.get("nvcc_entries", [])))
+    doc.update(nvcc_mib=round(manifest.get("nvcc_bytes", 0) / MIB, 1))
+    doc.update(prepared_builds=manifest.get("builds", []), problems=problems)
     (out / "pack.json").write_text(json.dumps(doc, indent=1))
-    print(
-        f"gpu-pack: batch a {doc['batch_mib']['a']} MiB, batch b {doc['batch_mib']['b']} MiB "
-        f"(working tree {doc['working_tree_mib']} MiB travels with each), "
-        f"{doc['nvcc_entries']} nvcc builds prepared ({doc['nvcc_mib']} MiB, "
-        f"{doc['prep_tar_mib']} MiB compressed), {doc['seconds']} s"
-    )
+    print(f"gpu-pack: batch a {doc['batch_mib']['a']} MiB, batch b {doc['batch_mib']['b']} MiB "
+          f"(working tree {doc['working_tree_mib']} MiB travels with each), "
+          f"{doc['nvcc_entries']} nvcc builds prepared ({doc['nvcc_mib']} MiB, "
+          f"{doc['prep_tar_mib']} MiB compressed), {doc['seconds']} s")  # fmt: skip
     for problem in problems:
         print(f"TOO LARGE: {problem}")
     print(
@@ -208,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         '  1. carry [".gpu/a"]:  mkdir -p /tmp/gpua && cp .gpu/a/* /tmp/gpua/\n'
         '  2. carry [".gpu/b"]:  T0=$(date +%s); source .gpu/b/setup.sh && '
         'make gpu-window ARGS="--since $T0"\n'
-        "     (no make there: python3 bench/gpu_window.py --since $T0)"
+        "     (no make there: python3 -m bench gpu-window --since $T0)"
     )
     return 1 if problems else 0
 

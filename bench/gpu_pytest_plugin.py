@@ -1,25 +1,21 @@
-"""pytest plugin of the GPU kit (``bench/gpu_check.py``): results as they happen, resume, budget.
+"""pytest plugin of the GPU kit (``gpu-check``): results as they happen, resume, budget.
 
-Loaded with ``-p gpu_pytest_plugin`` (``bench/`` on ``PYTHONPATH``), independent of any
-conftest. Driven by environment variables, so pytest-xdist workers see the same settings:
+Loaded with ``-p bench.gpu_pytest_plugin`` (the checkout's root on ``PYTHONPATH``); driven by
+environment variables, so pytest-xdist workers see the same settings:
 
 ``RTASK_TESTS_JSONL``
-    On the controller: one JSON line per finished test, appended and flushed as it is
-    reported -- ``{"nodeid", "outcome", "reason", "duration_s", "worker", "date"}`` with
-    ``outcome`` one of passed, failed, error, skipped, xfailed, xpassed, not_reached,
-    cut (stopped by a timeout that the deadline set, not by its own: not a failure, run
-    again on resume), interrupted (not finished when pytest stopped) and collection_error (a
-    test file that does not import; its ``nodeid`` is the file), and
-    ``reason`` the short failure message (pytest's crash line) or skip reason. The long
-    representation of each failure goes to ``<stem>-failures.log`` beside it; the tests
-    running at any moment are listed in ``<stem>-running.json`` (what a kill interrupted).
+    On the controller: one JSON line per finished test, appended as it is reported --
+    ``{"nodeid", "outcome", "reason", "duration_s", "worker", "date"}``; ``outcome`` is
+    passed, failed, error, skipped, xfailed, xpassed, not_reached, cut (stopped by a timeout
+    the deadline set: run again on resume), interrupted or collection_error (``nodeid``: the
+    file); ``reason`` pytest's crash line or the skip reason. Each failure's long report goes
+    to ``<stem>-failures.log``, the tests running at any moment to ``<stem>-running.json``.
 ``RTASK_TESTS_SKIP``
     A file of node ids, one a line, already recorded by an earlier call: deselected.
 ``RTASK_TESTS_DEADLINE``
-    A Unix time. A test that would start less than ``RTASK_TESTS_MIN_S`` (default 5)
-    seconds before it is skipped as ``not_reached``; every other test gets a pytest-timeout
-    limit that ends it before the deadline (or ``RTASK_TESTS_TIMEOUT`` seconds, if smaller),
-    so the run finishes by itself with every reason written.
+    A Unix time. A test that would start less than ``RTASK_TESTS_MIN_S`` (default 5) seconds
+    before it is skipped as ``not_reached``; every other test gets a pytest-timeout limit that
+    ends it before the deadline (or ``RTASK_TESTS_TIMEOUT`` seconds, if smaller).
 """
 
 from __future__ import annotations
@@ -30,6 +26,8 @@ import os
 import time
 
 import pytest
+
+from bench import append_jsonl
 
 JSONL_ENV = "RTASK_TESTS_JSONL"
 SKIP_ENV = "RTASK_TESTS_SKIP"
@@ -56,13 +54,6 @@ def recorded_nodeids(path: str, retry_failed: bool = False) -> set[str]:
         return set()
     finished = DONE_OUTCOMES - ({"failed", "error"} if retry_failed else set())
     return {n for n, outcome in last.items() if outcome in finished}
-
-
-def append_line(path: str, record: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def pytest_collection_modifyitems(config, items):
@@ -147,9 +138,8 @@ class Recorder:
         self._write_running()
 
     def pytest_runtest_logreport(self, report):
-        state = self.state.setdefault(
-            report.nodeid, {"outcome": "passed", "reason": "", "duration_s": 0.0}
-        )
+        fresh = {"outcome": "passed", "reason": "", "duration_s": 0.0}
+        state = self.state.setdefault(report.nodeid, fresh)
         state["duration_s"] += float(getattr(report, "duration", 0.0) or 0.0)
         worker = getattr(getattr(report, "node", None), "gateway", None)
         if worker is not None:
@@ -183,7 +173,7 @@ class Recorder:
         record = {"nodeid": nodeid, **state}
         record["duration_s"] = round(record["duration_s"], 2)
         record["date"] = datetime.datetime.now().isoformat(timespec="seconds")
-        append_line(self.path, record)
+        append_jsonl(self.path, record)
         self.running.pop(nodeid, None)
         self._write_running()
 
@@ -196,15 +186,10 @@ class Recorder:
         """A test file that fails to import: its reason is recorded (not as done: the next
         call collects it again)."""
         if report.failed:
-            append_line(
-                self.path,
-                {
-                    "nodeid": report.nodeid,
-                    "outcome": "collection_error",
-                    "reason": _short_reason(report) or "collection failed",
-                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
-                },
-            )
+            rec = {"nodeid": report.nodeid, "outcome": "collection_error"}
+            rec["reason"] = _short_reason(report) or "collection failed"
+            rec["date"] = datetime.datetime.now().isoformat(timespec="seconds")
+            append_jsonl(self.path, rec)
             self._log_failure(report)
 
     def pytest_sessionfinish(self, session):

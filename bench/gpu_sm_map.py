@@ -9,8 +9,8 @@ a grid of exactly ``num_sms x blocks_per_sm`` blocks whose blocks all stay resid
 every one has started (a bounded spin on an arrival counter), each writing its ``%smid``;
 then it reports the blocks per SM and which simple mapping, if any, holds.
 
-    python3 bench/gpu_sm_map.py --out $OUT/sm_map.json            # on the GPU machine
-    python3 bench/gpu_sm_map.py --dry-run                          # builds only (no GPU)
+    python3 -m bench sm-map --out $OUT/sm_map.json            # on the GPU machine
+    python3 -m bench sm-map --dry-run                          # builds only (no GPU)
 
 The kernel is built with TVM (``tvm.compile``) like every other kernel here; ``%smid`` is
 read by inline PTX through a device helper. A block that waits more than ``--timeout-ms``
@@ -26,8 +26,6 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 HELPERS = r"""
 #ifndef TVM_RTASK_SMID_DEFINED
@@ -65,9 +63,8 @@ def probe_module(blocks: int, threads: int, timeout_ns: int):
     from tvm.ir.expr import StringImm
 
     def helper(name, *args):
-        return tirx.call_intrin(
-            "int32", "tirx.cuda.func_call", StringImm(name), *args, StringImm(HELPERS)
-        )
+        return tirx.call_intrin("int32", "tirx.cuda.func_call", StringImm(name), *args,
+                                StringImm(HELPERS))  # fmt: skip
 
     def i32(v):
         return tirx.IntImm("int32", v)
@@ -75,22 +72,15 @@ def probe_module(blocks: int, threads: int, timeout_ns: int):
     smid = tirx.decl_buffer([blocks], "int32", "smid")
     arrived = tirx.decl_buffer([1], "int32", "arrived")
     bx, tx = tirx.Var("bx", "int32"), tirx.Var("tx", "int32")
-    came = helper(
-        "tvm_rtask_all_arrive",
-        tirx.address_of(tirx.BufferLoad(arrived, [i32(0)])),
-        i32(blocks),
-        tirx.IntImm("int64", timeout_ns),
-    )
+    counter = tirx.address_of(tirx.BufferLoad(arrived, [i32(0)]))
+    came = helper("tvm_rtask_all_arrive", counter, i32(blocks), tirx.IntImm("int64", timeout_ns))
     value = tirx.Select(tirx.EQ(came, i32(1)), helper("tvm_rtask_smid"), i32(-1))
     body = tirx.IfThenElse(tirx.EQ(tx, i32(0)), tirx.BufferStore(smid, value, [bx]), None)
-    threads_loop = tirx.For(
-        tx, i32(0), i32(threads), tirx.ForKind.THREAD_BINDING, body,
-        thread_binding=tirx.IterVar(None, tx, 1, "threadIdx.x"),
-    )  # fmt: skip
-    grid = tirx.For(
-        bx, i32(0), i32(blocks), tirx.ForKind.THREAD_BINDING, threads_loop,
-        thread_binding=tirx.IterVar(None, bx, 1, "blockIdx.x"),
-    )  # fmt: skip
+    bind = tirx.ForKind.THREAD_BINDING
+    threads_loop = tirx.For(tx, i32(0), i32(threads), bind, body,
+                            thread_binding=tirx.IterVar(None, tx, 1, "threadIdx.x"))  # fmt: skip
+    grid = tirx.For(bx, i32(0), i32(blocks), bind, threads_loop,
+                    thread_binding=tirx.IterVar(None, bx, 1, "blockIdx.x"))  # fmt: skip
     root = s_tir.SBlock([], [], [], "root", grid)
     func = tirx.PrimFunc([smid, arrived], s_tir.SBlockRealize([], True, root))
     func = func.with_attrs({"global_symbol": "probe", "s_tir": True, "tirx.noalias": False})
@@ -107,15 +97,11 @@ def describe(smids: list[int], num_sms: int, per_sm: int) -> dict:
         smids[b] == smids[b % num_sms] for b in blocks if smids[b] >= 0 and smids[b % num_sms] >= 0
     )
     in_blocks = all(smids[b] == smids[(b // per_sm) * per_sm] for b in blocks if smids[b] >= 0)
-    return {
-        "blocks": len(smids),
-        "not_resident": len(smids) - len(placed),
-        "distinct_sms": len(counts),
-        "blocks_per_sm": dict(sorted(Counter(counts.values()).items())),
-        "round_robin_b_mod_num_sms": round_robin,
-        "consecutive_b_div_blocks_per_sm": in_blocks,
-        "first_64": smids[:64],
-    }
+    out = {"blocks": len(smids), "not_resident": len(smids) - len(placed)}
+    per = dict(sorted(Counter(counts.values()).items()))
+    out.update(distinct_sms=len(counts), blocks_per_sm=per)
+    out.update(round_robin_b_mod_num_sms=round_robin, consecutive_b_div_blocks_per_sm=in_blocks)
+    return out | {"first_64": smids[:64]}
 
 
 def _nvcc_check(lib) -> str:
@@ -129,14 +115,14 @@ def _nvcc_check(lib) -> str:
     return "compiles"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--per-sm", default="1,2,3,4", help="blocks per SM to launch")
     parser.add_argument("--threads", type=int, default=256)
     parser.add_argument("--timeout-ms", type=int, default=2000)
     parser.add_argument("--out", default=None, help="JSON file for the results")
     parser.add_argument("--dry-run", action="store_true", help="build only, no GPU needed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import tvm
 
@@ -156,10 +142,8 @@ def main() -> None:
         arrived = tvm.runtime.tensor(np.zeros(1, "int32"), dev)
         lib["probe"](smid, arrived)
         dev.sync()
-        results[str(per_sm)] = describe([int(v) for v in smid.numpy()], num_sms, per_sm)
-        print(
-            per_sm, json.dumps({k: v for k, v in results[str(per_sm)].items() if k != "first_64"})
-        )
+        results[str(per_sm)] = found = describe([int(v) for v in smid.numpy()], num_sms, per_sm)
+        print(per_sm, json.dumps({k: v for k, v in found.items() if k != "first_64"}))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
     print(json.dumps(results)[:2000])

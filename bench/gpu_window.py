@@ -1,43 +1,23 @@
 """One GPU window: a fresh GPU machine to the project's answer in at most 8 minutes (issue 26).
 
-Is tvm-rtask faster than TVM + CUDA graph today? Command 2 of a window (docs/gpu.md), after
-``source .gpu/b/setup.sh``::
+Command 2 of a window (docs/gpu.md: the steps, their shares of ``--deadline``, the files), after
+``source .gpu/b/setup.sh``: ``make gpu-window`` (= ``python3 -m bench gpu-window``, deadline
+450 s); without a GPU, ``python3 -m bench gpu-window --out DIR`` is the dry run (GPU ABSENT).
 
-    make gpu-window                          # = python3 bench/gpu_window.py (deadline 450 s)
-    python3 bench/gpu_window.py --out DIR    # without a GPU: the dry run (GPU ABSENT)
+Steps, each cut cleanly at its share of the deadline (what was not reached is listed): 1.
+numerics, tvm-rtask's default CUDA build of the light SqueezeNet, Inception v1, ResNet-50 and
+the zoo's NASNet, Inception v3, RandWire, ResNeXt-29 against ONNX Runtime on the CPU and TVM's
+default build, 20 replays under a CUDA graph, and a forced timeout that must raise a named
+error; 2. latency at batch 1 (:mod:`bench.harness`); 3. where the time goes for the model of
+the worst ratio (:mod:`bench.kernel_report`); 4. ``tvm-rtask profile`` of the latency models,
+kept per device, and the calibrated model's error against step 2; 5. with time left:
+:mod:`bench.gpu_sm_map` and compute-sanitizer (racecheck, memcheck).
 
-Steps, in this order, each cut cleanly by ``--deadline`` (what was not reached is listed):
-
-1. numerics: tvm-rtask's default CUDA build of the light SqueezeNet, Inception v1, ResNet-50
-   and the zoo's NASNet, Inception v3, RandWire, ResNeXt-29 against TVM's default build on the
-   same inputs (the reference is TVM's default CUDA build, computed here on the device), 20
-   replays under a CUDA graph, and a forced timeout that must raise a named error;
-2. latency at batch 1 (``bench/harness.py``: one worker process per model, the medians of
-   >= 50 synchronised calls after warm-up): TVM default, TVM + CUDA graph, tvm-rtask
-   sequential, wavefront, wavefront under a CUDA graph, PyTorch eager and
-   ``torch.compile(mode="reduce-overhead")`` of the twins; every configuration slower than
-   TVM + CUDA graph is said so, by how much;
-3. where the time goes for the model of the worst ratio (``bench/kernel_report.py``);
-4. ``tvm-rtask profile`` of the distinct rKernels of the latency models (and the counter
-   micro-benchmark), kept per device (the cache, and ``shipped/<h100|h200>/`` in the format
-   of ``tvm_rtask/runtime/profiles/``: ``--export-shipped``), and the calibrated model's
-   error against step 2;
-5. with time left: ``bench/gpu_sm_map.py`` and compute-sanitizer (racecheck, memcheck) on
-   the reduced SqueezeNet's persistent kernel.
-
-Output (``--out``, default ``$OUT``): ``window.jsonl`` (one line per result, appended the
-moment it is known), ``numerics.jsonl``, ``bench.jsonl`` (the harness's records),
-``bench.json``/``bench.md``, ``summary.md``/``summary.json`` (rewritten after every step) and
-``details.tar.gz`` (logs, kernel report, profiles, sanitizer output; rebuilt after every step).
-That is 8 files at most: a device call brings back no more.
-
-What ``make gpu-pack`` prepared (``bench/gpu_pack.py``: the nvcc cache of every tvm-rtask
-build below, for sm_90) is found through ``$TVM_RTASK_CUDA_CACHE`` (``setup.sh`` sets it);
-``window.jsonl`` records how many of the window's nvcc compiles it answered.
-
-Other modes: ``--prepare DIR`` (the pack: fill DIR's nvcc cache here, without a GPU),
-``--publish OUT_DIR`` (a window's folder to ``bench/results/<date>-<device>.json/.md/.png``)
-and ``--update-readme RESULTS.json`` (README's GPU table from such a file).
+Output (``--out``, default ``$OUT``; 8 files at most): ``window.jsonl``, ``numerics.jsonl``,
+``bench.jsonl``, ``bench.json``/``.md``, ``summary.md``/``.json``, ``details.tar.gz``. The
+pack's nvcc cache (``make gpu-pack``) is found through ``$TVM_RTASK_CUDA_CACHE``. Other modes:
+``--prepare DIR`` (the pack: fill DIR's nvcc cache, no GPU), ``--publish OUT_DIR`` (a window's
+folder to ``bench/results/<date>-<device>.json/.md/.png``), ``--update-readme RESULTS.json``.
 """
 
 from __future__ import annotations
@@ -58,39 +38,24 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+from bench import RESULTS, ROOT, append_jsonl, read_jsonl
+from bench.gpu_check import _kill_group, probe_gpu
 
-from gpu_check import _kill_group, _read_jsonl  # noqa: E402 - the kit's helpers
+ME = [sys.executable, "-m", "bench.gpu_window"]  # this module's workers
 
 # -- what the window runs ---------------------------------------------------------------------
 TARGET = {"kind": "cuda", "arch": "sm_90"}
-NUMERICS_MODELS = [
-    "light:squeezenet",
-    "light:inception_v1",
-    "light:resnet50",
-    "zoo:nasnet_cifar",
-    "zoo:inception_v3",
-    "zoo:randwire",
-    "zoo:resnext29",
-]
+NUMERICS_MODELS = ["light:squeezenet", "light:inception_v1", "light:resnet50", "zoo:nasnet_cifar",
+                   "zoo:inception_v3", "zoo:randwire", "zoo:resnext29"]  # fmt: skip
 LATENCY_MODELS = ["squeezenet", "nasnet_cifar", "inception_v3", "randwire", "resnext29"]
-LATENCY_CONFIGS = [
-    "tvm_default",
-    "tvm_cuda_graph",
-    "sequential",
-    "wavefront_counter",
-    "wavefront_cuda_graph",
-    "torch_eager",
-    "torch_compile_reduce_overhead",
-]
+LATENCY_CONFIGS = ["tvm_default", "tvm_cuda_graph", "sequential", "wavefront_counter",
+                   "wavefront_cuda_graph", "torch_eager",
+                   "torch_compile_reduce_overhead"]  # fmt: skip
 # the tvm-rtask builds of step 2 (what the pack compiles through nvcc)
 LATENCY_RTASK_CONFIGS = ["sequential", "wavefront_counter", "wavefront_cuda_graph"]
 BASELINE = "tvm_cuda_graph"
 # the sanitizer's kernel: the reduced zoo SqueezeNet, default CUDA build
 SANITIZE_MODEL = "zoo:squeezenet:reduced"
-BISECT_MODEL = "light:shufflenet"  # the pack prepares bench/gpu_bisect.py's builds of it
 GRAPH_REPLAYS = 20
 TOLERANCE = 1e-4
 # the dry run (no GPU): tiny models on llvm, and one codegen-only CUDA build through nvcc
@@ -116,14 +81,10 @@ def load_model(spec: str):
         model = load_light_model(name)
         return model, random_inputs(model)
     import tvm_rtask.models as zoo
+    from bench.harness import SMOKE_MODELS
 
-    overrides: dict = {}
-    if variant and variant[0] == "smoke":
-        from harness import SMOKE_MODELS
-
-        overrides = SMOKE_MODELS.get(name, {})
-    reduced = bool(variant)
-    model = zoo.onnx_model(name, reduced=reduced, **overrides)
+    overrides = SMOKE_MODELS.get(name, {}) if variant and variant[0] == "smoke" else {}
+    model = zoo.onnx_model(name, reduced=bool(variant), **overrides)
     return model, zoo.sample_inputs(model)
 
 
@@ -143,16 +104,15 @@ def inputs_digest(inputs: dict) -> str:
 def _target(cuda: bool):
     import tvm
 
-    if cuda:
-        return tvm.target.Target(TARGET, host="llvm")
-    return tvm.target.Target({"kind": "llvm"})
+    return tvm.target.Target(TARGET, host="llvm") if cuda else tvm.target.Target({"kind": "llvm"})
 
 
 def _run(ex, inputs: dict, dev):
     """``(vm, device arguments, outputs as numpy)`` of one call of ``ex``."""
     import tvm
-    from harness import to_numpy_list
     from tvm import relax
+
+    from bench.harness import to_numpy_list
 
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(v, dev) for v in inputs.values()]
@@ -164,34 +124,15 @@ def _harness_builds(spec: str, exe_cache: str):
     """Step 1's three builds of a zoo model made as step 2's harness makes them (TVM default,
     ``wavefront_counter``, ``wavefront_cuda_graph``: the defaults on CUDA), into the
     harness's executable cache, so that step 2 loads them instead of compiling them again."""
-    from harness import ModelContext, all_configurations, build_executable, source_hash
-    from records import model_id
+    from bench.harness import ModelContext, all_configurations, build_executable, source_hash
+    from bench.records import model_id
 
     name = spec.split(":")[1]
-    ctx = ModelContext(
-        {
-            "model": name,
-            "batch": 1,
-            "reduced": False,
-            "overrides": {},
-            "target": "cuda",
-            "arch": TARGET["arch"],
-            "model_id": model_id(name, 1, False, {}),
-            "threads": 1,
-            "cache_dir": exe_cache,
-            "source_hash": source_hash(),
-        }
-    )
+    spec = {"model": name, "batch": 1, "reduced": False, "overrides": {}, "target": "cuda"}
+    spec.update(arch=TARGET["arch"], model_id=model_id(name, 1, False, {}), threads=1)
+    ctx = ModelContext({**spec, "cache_dir": exe_cache, "source_hash": source_hash()})
     known = {c["name"]: c for c in all_configurations("cuda")}
-    times: dict = {}
-
-    def build(config: str):
-        entry: dict = {}
-        ex = build_executable(known[config], ctx, entry)
-        times[config] = entry.get("compile_s")
-        return ex
-
-    return ctx, build, times
+    return ctx, lambda config: build_executable(known[config], ctx, {})
 
 
 @contextmanager
@@ -211,16 +152,16 @@ def _recorded(out: Path, rec: dict, nvcc_cache: bool = False):
         from tvm_rtask.backend.cuda import compile_cache
 
         rec["nvcc_cache"] = compile_cache.stats()
-    _append(out, rec)
+    append_jsonl(out, rec)
 
 
 def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = None) -> int:
     """TVM's default build and tvm-rtask's default build of ``spec`` on the same inputs; on a
     GPU also the default build under a CUDA graph, replayed; one JSON line to ``out``."""
     import tvm
-    from harness import max_relative_error, to_numpy_list
 
     import tvm_rtask
+    from bench.harness import max_relative_error, to_numpy_list
     from tvm_rtask.backend.cuda import compile_cache
     from tvm_rtask.testing.onnx_light import check_against_references, onnxruntime_outputs
 
@@ -244,7 +185,7 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
             "wavefront_cuda_graph": plain_graph_build,
         }
         if gpu and exe_cache and spec.startswith("zoo:"):
-            _, build, times = _harness_builds(spec, exe_cache)
+            _, build = _harness_builds(spec, exe_cache)
             rec["builds"] = "harness executable cache (shared with step 2)"
             builds = {name: (lambda n=name: build(n)) for name in builds}
         t = time.perf_counter()
@@ -256,15 +197,11 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
         rec["rtask_compile_s"] = round(time.perf_counter() - t, 2)
         _, _, actual = _run(ex, inputs, dev)
         # ONNX Runtime on the CPU is the independent reference: TVM's own CUDA build was found
-        # wrong (and varying from run to run) on light ShuffleNet (docs/gpu.md, third window)
+        # wrong (and varying from run to run) on light ShuffleNet (docs/gpu.md, "What holds now")
         expected = onnxruntime_outputs(model, inputs)
         check = check_against_references(actual, expected, reference, TOLERANCE)
-        rec.update(
-            rel_err=check.rel_err,
-            ort_rel_err=check.ort_rel_err,
-            tvm_ort_rel_err=check.tvm_ort_rel_err,
-            ok=check.ok,
-        )
+        rec.update(rel_err=check.rel_err, ort_rel_err=check.ort_rel_err)
+        rec.update(tvm_ort_rel_err=check.tvm_ort_rel_err, ok=check.ok)
         if gpu:
             graph_ex = builds["wavefront_cuda_graph"]()
             vm, args, first = _run(graph_ex, inputs, dev)  # the capture
@@ -284,8 +221,7 @@ def timeout_worker(out: Path) -> int:
     """The forced timeout: a plan whose vEU waits for a step never reached must come back
     as a named error (tests/cuda/test_gpu.py's test, run here as a function)."""
     rec: dict = {"step": "numerics", "model": "forced_timeout"}
-    with _recorded(out, rec):
-        sys.path.insert(0, str(ROOT))
+    with _recorded(out, rec):  # tests/ is importable: the worker runs from the checkout's root
         from tests.cuda.test_gpu import test_broken_plan_times_out_with_an_error
 
         test_broken_plan_times_out_with_an_error()
@@ -332,10 +268,8 @@ def adopt_pack_nvcc(manifest: dict, device_nvcc: str | None) -> str | None:
     if not (manifest and manifest.get("nvcc")) or device_nvcc == manifest["nvcc"]:
         return None
     os.environ[compile_cache.NVCC_VERSION_ENV] = manifest["nvcc"]
-    return (
-        f"nvcc differs (pack: {manifest['nvcc']}; device: {device_nvcc}): the pack's "
-        f"cubins are used ({compile_cache.NVCC_VERSION_ENV} set)"
-    )
+    return (f"nvcc differs (pack: {manifest['nvcc']}; device: {device_nvcc}): the pack's "
+            f"cubins are used ({compile_cache.NVCC_VERSION_ENV} set)")  # fmt: skip
 
 
 # -- the pack's preparation (no GPU needed) ----------------------------------------------------
@@ -353,97 +287,50 @@ def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     started = time.time()
     used_since = started - 2  # mtime granularity
-    manifest: dict = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "arch": TARGET["arch"],
-        "nvcc": compile_cache.nvcc_version() or "none",
-        "source_hash": _source_hash(),
-        "builds": [],
-    }
+    manifest: dict = {"date": datetime.datetime.now().isoformat(timespec="seconds")}
+    manifest.update(arch=TARGET["arch"], nvcc=compile_cache.nvcc_version() or "none")
+    manifest.update(source_hash=_source_hash(), builds=[])
     specs = [SMOKE_CUDA_CODEGEN] if smoke else NUMERICS_MODELS + [SANITIZE_MODEL]
     log = prep / "prepare.log"
     worker_out = prep / "prepare.jsonl"
     worker_out.unlink(missing_ok=True)
     # step 1 and 5: tvm-rtask's default build of each model (wavefront, counters); the CUDA
     # graph variant compiles the same kernels (checked by the window's cache statistics)
-    cmds = [
-        [
-            sys.executable,
-            str(HERE / "gpu_window.py"),
-            "--codegen-worker",
-            s,
-            "--worker-out",
-            str(worker_out),
-        ]
-        for s in specs
-    ]
+    cmds = [ME + ["--codegen-worker", s, "--worker-out", str(worker_out)] for s in specs]
     if not smoke:  # step 2: the harness's tvm-rtask configurations, exactly as it builds them
-        cmds.append(
-            [
-                sys.executable,
-                str(HERE / "harness.py"),
-                "--gpu",
-                "--compile-only",
-                "--models",
-                *LATENCY_MODELS,
-                "--configs",
-                *LATENCY_RTASK_CONFIGS,
-                "--compile-jobs",
-                "1",
-                "--cache-dir",
-                str(prep / "harness-cache"),
-                "--results",
-                str(prep / "harness.jsonl"),
-                "--fresh",
-                "--no-plot",
-                "--timeout",
-                "3000",
-            ]
-        )
-    if not smoke:  # the bisect's tvm-rtask builds of light ShuffleNet (docs/gpu.md), one by one
-        cmds.append(
-            [sys.executable, str(HERE / "gpu_bisect.py"), BISECT_MODEL, "--codegen-only"]
-            + ["--out", str(prep / "bisect.jsonl"), "--jobs", "1", "--deadline", "3000"]
-        )
+        harness = [sys.executable, "-m", "bench.harness", "--gpu", "--compile-only", "--models"]
+        harness += [*LATENCY_MODELS, "--configs", *LATENCY_RTASK_CONFIGS, "--compile-jobs", "1"]
+        harness += ["--cache-dir", str(prep / "harness-cache"), "--results"]
+        harness += [str(prep / "harness.jsonl"), "--fresh", "--no-plot", "--timeout", "3000"]
+        cmds.append(harness)
     failed = _run_parallel(cmds, jobs, env, log)
-    for rec in _read_jsonl(worker_out):
-        manifest["builds"].append(
-            {k: rec.get(k) for k in ("model", "ok", "seconds", "inputs_sha", "error") if k in rec}
-        )
+    keys = ("model", "ok", "seconds", "inputs_sha", "error")
+    for rec in read_jsonl(worker_out):
+        manifest["builds"].append({k: rec.get(k) for k in keys if k in rec})
     if not smoke:  # the harness records only what failed to compile
-        failed_builds = {
-            (r["model"], r["config"]): r.get("error")
-            for r in _read_jsonl(prep / "harness.jsonl")
-            if r.get("type") == "result"
-        }
+        records = [r for r in read_jsonl(prep / "harness.jsonl") if r.get("type") == "result"]
+        failed_builds = {(r["model"], r["config"]): r.get("error") for r in records}
         for model in LATENCY_MODELS:
             for config in LATENCY_RTASK_CONFIGS:
                 error = failed_builds.get((model, config))
-                manifest["builds"].append(
-                    {"model": model, "config": config, "ok": error is None}
-                    | ({"error": error} if error else {})
-                )
+                build = {"model": model, "config": config, "ok": error is None}
+                manifest["builds"].append(build | ({"error": error} if error else {}))
     shutil.rmtree(prep / "harness-cache", ignore_errors=True)  # executables hold the weights
-    entries = sorted(p.stem for p in nvcc_dir.glob("*.cubin") if p.stat().st_mtime >= used_since)
-    manifest["nvcc_entries"] = entries
+
+    def used(paths) -> list[str]:
+        return sorted(p.stem for p in paths if p.stat().st_mtime >= used_since)
+
+    manifest["nvcc_entries"] = entries = used(nvcc_dir.glob("*.cubin"))
     # the kernels' register counts (occupancy.source_kernel_registers), read or written here
-    manifest["register_entries"] = sorted(
-        p.stem
-        for p in (nvcc_dir / compile_cache.REGISTERS_DIR).glob("*.json")
-        if p.stat().st_mtime >= used_since
-    )
-    manifest["nvcc_bytes"] = sum(
-        (nvcc_dir / f"{e}{suffix}").stat().st_size
-        for e in entries
-        for suffix in (".cubin", ".ptxas")
-    )
+    manifest["register_entries"] = used((nvcc_dir / compile_cache.REGISTERS_DIR).glob("*.json"))
+    files = [nvcc_dir / f"{e}{suffix}" for e in entries for suffix in (".cubin", ".ptxas")]
+    manifest["nvcc_bytes"] = sum(f.stat().st_size for f in files)
     manifest["seconds"] = round(time.time() - started, 1)
     manifest["failed_commands"] = failed
     (prep / PACK_MANIFEST).write_text(json.dumps(manifest, indent=1))
-    print(
-        f"prepared {len(entries)} nvcc build(s), {manifest['nvcc_bytes'] / 2**20:.1f} MiB, "
-        f"in {manifest['seconds']} s ({jobs} at a time); failed commands: {failed or 'none'}"
-    )
+    mib, seconds = manifest["nvcc_bytes"] / 2**20, manifest["seconds"]
+    print(f"prepared {len(entries)} nvcc build(s), {mib:.1f} MiB, in {seconds} s ({jobs} at a "
+          f"time); failed commands: {failed or 'none'}")  # fmt: skip
     return 1 if failed else 0
 
 
@@ -455,10 +342,8 @@ def _run_parallel(cmds: list[list[str]], jobs: int, env: dict, log: Path) -> lis
                 cmd = pending.pop(0)
                 out.write(f"$ {shlex.join(cmd[1:])}\n".encode())
                 out.flush()
-                proc = subprocess.Popen(
-                    cmd, cwd=str(ROOT), env=env, stdout=out, stderr=subprocess.STDOUT
-                )
-                running.append((proc, cmd))
+                kw = {"cwd": str(ROOT), "env": env, "stdout": out, "stderr": subprocess.STDOUT}
+                running.append((subprocess.Popen(cmd, **kw), cmd))
             still = []
             for proc, cmd in running:
                 if proc.poll() is None:
@@ -471,7 +356,7 @@ def _run_parallel(cmds: list[list[str]], jobs: int, env: dict, log: Path) -> lis
 
 
 def _source_hash() -> str:
-    from harness import source_hash
+    from bench.harness import source_hash
 
     return source_hash()
 
@@ -497,11 +382,9 @@ class Window:
         return self.deadline - time.time()
 
     def step_end(self, step: str) -> float:
-        return (
-            self.start + STEP_ENDS[step] * self.args.deadline
-            if self.gpu_present
-            else (self.deadline - 5)
-        )
+        if not self.gpu_present:
+            return self.deadline - 5
+        return self.start + STEP_ENDS[step] * self.args.deadline
 
     @property
     def gpu_present(self) -> bool:
@@ -515,26 +398,22 @@ class Window:
 
     def record(self, rec: dict) -> None:
         rec = {"t_s": round(time.time() - self.start, 1), **rec}
-        _append(self.out / "window.jsonl", rec)
+        append_jsonl(self.out / "window.jsonl", rec)
 
     # subprocesses
     @staticmethod
     def _env(env: dict | None = None) -> dict:
         """The environment of a step's process: the tree importable, output unbuffered."""
         full = dict(os.environ, PYTHONUNBUFFERED="1")
-        full["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), full.get("PYTHONPATH", "")) if p
-        )
+        full["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full.get("PYTHONPATH")) if p)
         full.update(env or {})
         return full
 
     @staticmethod
     def _popen(cmd: list[str], env: dict, log) -> subprocess.Popen:
         """``cmd`` in its own process group (killable as a whole), output into ``log``."""
-        return subprocess.Popen(
-            cmd, cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+        return subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
 
     def run(self, cmd: list[str], name: str, end: float, env: dict | None = None) -> int | None:
         """``cmd`` with its output in ``work/<name>.log``; killed (None) at ``end``."""
@@ -585,21 +464,15 @@ class Window:
 
     # the steps
     def probe(self) -> None:
-        self.gpu = _probe_gpu(self.args.no_gpu)
+        self.gpu = probe_gpu(self.args.no_gpu)
         from tvm_rtask.backend.cuda import compile_cache
 
         manifest = _read_json(Path(self.args.prep) / PACK_MANIFEST) if self.args.prep else {}
         device_nvcc = compile_cache.nvcc_version()
-        rec = {
-            "step": "env",
-            "gpu": self.gpu,
-            "device_nvcc": device_nvcc,
-            "pack_nvcc": manifest.get("nvcc"),
-            "pack_source_hash": manifest.get("source_hash"),
-            "source_hash": _source_hash(),
-            "nvcc_cache": os.environ.get(compile_cache.CACHE_ENV),
-            "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        }
+        rec = {"step": "env", "gpu": self.gpu, "device_nvcc": device_nvcc}
+        rec.update(pack_nvcc=manifest.get("nvcc"), pack_source_hash=manifest.get("source_hash"))
+        rec.update(source_hash=_source_hash(), nvcc_cache=os.environ.get(compile_cache.CACHE_ENV))
+        rec["date"] = datetime.datetime.now().isoformat(timespec="seconds")
         note = adopt_pack_nvcc(manifest, device_nvcc)
         if note:
             rec["note"] = note
@@ -608,11 +481,8 @@ class Window:
         self.manifest = manifest
         self.record(rec)
         self.env_rec = rec
-        self.say(
-            ("GPU: " + str(self.gpu.get("device_name")))
-            if self.gpu_present
-            else "GPU ABSENT: dry run (tiny models on llvm, one codegen-only CUDA build)"
-        )
+        absent = "GPU ABSENT: dry run (tiny models on llvm, one codegen-only CUDA build)"
+        self.say(("GPU: " + str(self.gpu.get("device_name"))) if self.gpu_present else absent)
 
     def start_background(self) -> None:
         """On a GPU, while step 1 runs (no timing there): compile step 2's builds that step 1
@@ -624,17 +494,14 @@ class Window:
             return
         models = self.args.latency_models or LATENCY_MODELS
         in_step_1 = {s.split(":")[1] for s in self.args.numerics if s.startswith("zoo:")}
-        harness = [sys.executable, str(HERE / "harness.py"), "--gpu", "--no-plot", "--fresh"]
+        harness = [sys.executable, "-m", "bench.harness", "--gpu", "--no-plot", "--fresh"]
         harness += ["--cache-dir", str(self.work / "exe-cache"), "--timeout", "400"]
         harness += ["--deadline-at", str(self.step_end("latency") - 60), "--compile-share", "1"]
         shared = [m for m in models if m in in_step_1]
         alone = [m for m in models if m not in in_step_1]
         tvm_configs = [c for c in LATENCY_CONFIGS if not c.startswith("torch")]
-        jobs = [
-            ("precompile-shared", shared, ["tvm_cuda_graph", "sequential"]),
-            ("precompile-alone", alone, tvm_configs),
-        ]
-        for name, group, configs in jobs:
+        jobs = [("precompile-shared", shared, ["tvm_cuda_graph", "sequential"])]
+        for name, group, configs in jobs + [("precompile-alone", alone, tvm_configs)]:
             if not group:
                 continue
             cmd = harness + ["--compile-only", "--compile-jobs", "3", "--models", *group]
@@ -671,7 +538,7 @@ class Window:
         self.background = []
         if late and "numerics" in self.steps:  # their records, written since step 1 ended
             known = len(self.steps["numerics"]["records"])
-            recs = _read_jsonl(self.out / "numerics.jsonl")
+            recs = read_jsonl(self.out / "numerics.jsonl")
             for rec in recs[known:]:
                 self.record({**rec, "late": True})
             self.steps["numerics"]["records"] = recs
@@ -679,8 +546,7 @@ class Window:
     def step_numerics(self) -> None:
         end = self.step_end("numerics")
         out = self.out / "numerics.jsonl"
-        me = [sys.executable, str(HERE / "gpu_window.py")]
-        cmds = []
+        me, cmds = ME, []
         if self.gpu_present:
             for spec in self.args.numerics:
                 worker = ["--numerics-worker", spec, "--worker-out", str(out)]
@@ -689,19 +555,11 @@ class Window:
             cmds.append(("numerics-timeout", me + ["--timeout-worker", "--worker-out", str(out)]))
         else:
             for spec in self.args.numerics:
-                cmds.append(
-                    (
-                        f"numerics-{_slug(spec)}",
-                        me + ["--numerics-worker", spec, "--no-gpu", "--worker-out", str(out)],
-                    )
-                )
+                worker = ["--numerics-worker", spec, "--no-gpu", "--worker-out", str(out)]
+                cmds.append((f"numerics-{_slug(spec)}", me + worker))
             if shutil.which("nvcc") or os.environ.get("CUDA_HOME"):
-                cmds.append(
-                    (
-                        "codegen-cuda",
-                        me + ["--codegen-worker", SMOKE_CUDA_CODEGEN, "--worker-out", str(out)],
-                    )
-                )
+                worker = ["--codegen-worker", SMOKE_CUDA_CODEGEN, "--worker-out", str(out)]
+                cmds.append(("codegen-cuda", me + worker))
             else:
                 self.not_reached.append("numerics: CUDA codegen (no nvcc here)")
         parallel = self.args.jobs or (len(cmds) if self.gpu_present else 2)
@@ -712,18 +570,14 @@ class Window:
         cut = self.run_many(cmds, parallel, end, keep=late if self.gpu_present else None)
         self.not_reached += [f"numerics {c}" for c in cut]
         self.background = getattr(self, "background", []) + late
-        recs = _read_jsonl(out)
+        recs = read_jsonl(out)
         packed = {b["model"]: b.get("inputs_sha") for b in self.manifest.get("builds", [])}
         for rec in recs:
             if packed.get(rec.get("model")) and rec.get("inputs_sha"):
                 rec["inputs_match_pack"] = packed[rec["model"]] == rec["inputs_sha"]
             self.record(rec)
-        self.steps["numerics"] = {
-            "seconds": round(time.time() - t0, 1),
-            "records": recs,
-            "cut": cut,
-            "continuing": [name for name, _ in late],
-        }
+        self.steps["numerics"] = {"seconds": round(time.time() - t0, 1), "records": recs}
+        self.steps["numerics"].update(cut=cut, continuing=[name for name, _ in late])
 
     def step_latency(self) -> None:
         end = self.step_end("latency")
@@ -731,20 +585,10 @@ class Window:
         gpu = self.gpu_present
         models = self.args.latency_models or (LATENCY_MODELS if gpu else SMOKE_LATENCY)
         configs = self.args.latency_configs or (LATENCY_CONFIGS if gpu else SMOKE_CONFIGS)
-        cmd = [sys.executable, str(HERE / "harness.py"), "--models", *models, "--configs", *configs]
-        cmd += (
-            [
-                "--gpu",
-                "--repeat",
-                "100",
-                "--warmup",
-                "10",
-                "--compile-jobs",
-                str(self.args.jobs or max(1, (os.cpu_count() or 2) - 2)),
-            ]
-            if gpu
-            else ["--smoke"]
-        )
+        cmd = [sys.executable, "-m", "bench.harness", "--models", *models, "--configs", *configs]
+        jobs = str(self.args.jobs or max(1, (os.cpu_count() or 2) - 2))
+        gpu_args = ["--gpu", "--repeat", "100", "--warmup", "10", "--compile-jobs", jobs]
+        cmd += gpu_args if gpu else ["--smoke"]
         cmd += ["--results", str(self.out / "bench.jsonl"), "--out-dir", str(self.work)]
         cmd += ["--logs-dir", str(self.work / "bench.logs"), "--no-plot", "--fresh"]
         cmd += ["--deadline-at", str(end), "--timeout", str(self.args.config_timeout)]
@@ -754,27 +598,22 @@ class Window:
         cmd += ["--cache-dir", str(self.work / "exe-cache")]
         t0 = time.time()
         status = self.run(cmd, "latency", end + 20)
-        from harness import write_summaries
+        from bench.harness import write_summaries
 
         results = self.out / "bench.jsonl"
         doc = write_summaries(results, plot_png=False) if results.exists() else {"models": []}
         log = (self.work / "latency.log").read_text(errors="replace").splitlines()
         for i, line in enumerate(log):
             if line.startswith("NOT REACHED"):
-                self.not_reached += [
-                    f"latency {ln.strip()}" for ln in log[i + 1 :] if ln.startswith("  ")
-                ]
+                later = log[i + 1 :]
+                self.not_reached += [f"latency {ln.strip()}" for ln in later if ln.startswith("  ")]
         if status is None:
             self.not_reached.append("latency: the harness was stopped at its budget")
         slower = slower_than_baseline(doc)
         for line in slower:
             self.record({"step": "latency", "slower_than_tvm_cuda_graph": line})
-        self.steps["latency"] = {
-            "seconds": round(time.time() - t0, 1),
-            "status": status,
-            "doc": doc,
-            "slower": slower,
-        }
+        latency = {"seconds": round(time.time() - t0, 1), "status": status}
+        self.steps["latency"] = latency | {"doc": doc, "slower": slower}
 
     def step_where(self) -> None:
         end = self.step_end("where")
@@ -782,7 +621,7 @@ class Window:
         worst = worst_ratio_model(doc)
         gpu = self.gpu_present
         model = worst[0] if worst else (LATENCY_MODELS[0] if gpu else "lstm_tc")
-        cmd = [sys.executable, str(HERE / "kernel_report.py"), "--models", model]
+        cmd = [sys.executable, "-m", "bench.kernel_report", "--models", model]
         cmd += ["--target", "cuda" if gpu else "llvm", "--out", str(self.work / "kernels")]
         cmd += ["--deadline-at", str(end - 5)]
         if not gpu:
@@ -790,24 +629,13 @@ class Window:
         t0 = time.time()
         status = self.run(cmd, "kernels", end)
         report = _read_json(self.work / "kernels" / f"kernel_report-{model}.json")
-        top = []
-        for row in (report.get("rows") or report.get("operators") or [])[:5]:
-            top.append(
-                {
-                    k: row.get(k)
-                    for k in ("name", "op", "uses", "tvm_vm_ms", "rkernel_ms", "lost_ms")
-                    if k in row
-                }
-            )
-        rec = {
-            "step": "where",
-            "model": model,
-            "worst": worst,
-            "status": status,
-            "top_operators": top,
-            "timeline": "skipped: the generated code has no per-rTask %globaltimer trace "
-            "(tvm_rtask_now_ns serves the wait timeouts only)",
-        }
+        keys = ("name", "op", "uses", "tvm_vm_ms", "rkernel_ms", "lost_ms")
+        rows = (report.get("rows") or report.get("operators") or [])[:5]
+        top = [{k: row.get(k) for k in keys if k in row} for row in rows]
+        rec = {"step": "where", "model": model, "worst": worst, "status": status}
+        rec["top_operators"] = top
+        rec["timeline"] = ("skipped: the generated code has no per-rTask %globaltimer trace "
+                           "(tvm_rtask_now_ns serves the wait timeouts only)")  # fmt: skip
         self.record(rec)
         if status is None:
             self.not_reached.append("where: kernel report cut at its budget")
@@ -831,43 +659,17 @@ class Window:
                 self.not_reached.append(f"profile {model}")
                 continue
             target = "cuda" if gpu else "llvm"
-            extra = [] if gpu else ["--reduced"]
+            extra = [*option] + ([] if gpu else ["--reduced"])
             base = [sys.executable, "-m", "tvm_rtask.cli"]
-            prof = base + [
-                "profile",
-                model,
-                "--target",
-                target,
-                "--cache",
-                str(cache),
-                "--json",
-                str(self.work / f"profile-{model}.json"),
-                "--export-shipped",
-                str(shipped),
-                *option,
-                *extra,
-            ]
-            status = self.run(prof, f"profile-{model}", end)
+            prof = base + ["profile", model, "--target", target, "--cache", str(cache), "--json"]
+            prof += [str(self.work / f"profile-{model}.json"), "--export-shipped", str(shipped)]
+            status = self.run(prof + extra, f"profile-{model}", end)
             rec = {"step": "profile", "model": model, "device": device, "status": status}
             if status == 0:
                 plan_json = self.work / f"plan-measured-{model}.json"
-                plan = base + [
-                    "plan",
-                    model,
-                    "--target",
-                    target,
-                    "--policy",
-                    "wavefront",
-                    "--cost",
-                    "measured",
-                    "--cache",
-                    str(cache),
-                    "--json",
-                    str(plan_json),
-                    *option,
-                    *extra,
-                ]
-                if self.run(plan, f"plan-{model}", end) == 0:
+                plan = base + ["plan", model, "--target", target, "--policy", "wavefront"]
+                plan += ["--cost", "measured", "--cache", str(cache), "--json", str(plan_json)]
+                if self.run(plan + extra, f"plan-{model}", end) == 0:
                     est = _estimate_ms(_read_json(plan_json).get("wavefront", {}))
                     rec["estimated_ms"] = est
                     real = measured.get((model, "wavefront_counter"))
@@ -887,41 +689,20 @@ class Window:
             return
         end = self.deadline - 8
         recs = []
-        cmd = [sys.executable, str(HERE / "gpu_sm_map.py"), "--out", str(self.work / "sm_map.json")]
+        cmd = [sys.executable, "-m", "bench.gpu_sm_map", "--out", str(self.work / "sm_map.json")]
         status = self.run(cmd, "sm_map", min(end, time.time() + 60))
-        recs.append(
-            {
-                "step": "extras",
-                "what": "sm_map",
-                "status": status,
-                "result": _read_json(self.work / "sm_map.json").get("summary"),
-            }
-        )
+        result = _read_json(self.work / "sm_map.json").get("summary")
+        recs.append({"step": "extras", "what": "sm_map", "status": status, "result": result})
         sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
         for tool in ("racecheck", "memcheck"):
             if time.time() > end - 20 or not os.path.exists(sanitizer):
                 self.not_reached.append(f"compute-sanitizer {tool}")
                 continue
-            cmd = [
-                sanitizer,
-                "--tool",
-                tool,
-                "--error-exitcode",
-                "9",
-                sys.executable,
-                str(HERE / "gpu_window.py"),
-                "--sanitize-worker",
-            ]
+            cmd = [sanitizer, "--tool", tool, "--error-exitcode", "9", *ME, "--sanitize-worker"]
             status = self.run(cmd, f"sanitizer-{tool}", end)
             tail = _tail_text(self.work / f"sanitizer-{tool}.log")
-            recs.append(
-                {
-                    "step": "extras",
-                    "what": f"compute-sanitizer {tool}",
-                    "status": status,
-                    "tail": tail,
-                }
-            )
+            what = f"compute-sanitizer {tool}"
+            recs.append({"step": "extras", "what": what, "status": status, "tail": tail})
             if status is None:
                 self.not_reached.append(f"compute-sanitizer {tool} (cut)")
         for rec in recs:
@@ -930,18 +711,13 @@ class Window:
 
     # summaries
     def summary(self) -> None:
-        doc = {
-            "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "gpu_present": self.gpu_present,
-            "gpu": self.gpu,
-            "elapsed_s": round(time.time() - self.start, 1),
-            "deadline_s": self.args.deadline,
-            "env": getattr(self, "env_rec", {}),
-            "steps": {
-                k: {kk: vv for kk, vv in v.items() if kk != "doc"} for k, v in self.steps.items()
-            },
-            "not_reached": self.not_reached,
-        }
+        doc = {"date": datetime.datetime.now().isoformat(timespec="seconds")}
+        doc.update(gpu_present=self.gpu_present, gpu=self.gpu)
+        doc.update(elapsed_s=round(time.time() - self.start, 1), deadline_s=self.args.deadline)
+        doc["env"] = getattr(self, "env_rec", {})
+        doc["steps"] = {k: {n: v for n, v in step.items() if n != "doc"}
+                        for k, step in self.steps.items()}  # fmt: skip
+        doc["not_reached"] = self.not_reached
         (self.out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
         (self.out / "summary.md").write_text(render_summary(doc, self.steps))
         self._details()
@@ -970,10 +746,8 @@ def slower_than_baseline(doc: dict) -> list[str]:
         for name, entry in configs.items():
             ms = entry.get("median_ms")
             if name != base_name and ms and ms > base:
-                out.append(
-                    f"{m['name']} {name}: {ms:.3f} ms, {ms / base:.2f}x {base_name} "
-                    f"({base:.3f} ms), +{ms - base:.3f} ms"
-                )
+                out.append(f"{m['name']} {name}: {ms:.3f} ms, {ms / base:.2f}x {base_name} "
+                           f"({base:.3f} ms), +{ms - base:.3f} ms")  # fmt: skip
     return out
 
 
@@ -1033,27 +807,21 @@ def render_summary(doc: dict, steps: dict) -> str:
             if env.get(key):
                 lines.append(f"{key}: {env[key]}")
     num = steps.get("numerics")
-    lines += [
-        "",
-        "## 1. Numerics (tvm-rtask's default build vs ONNX Runtime on the CPU, and vs TVM's)",
-    ]
+    lines += ["", "## 1. Numerics (tvm-rtask's default build vs ONNX Runtime on the CPU, and "
+              "vs TVM's)"]  # fmt: skip
     if num:
-        lines += [
-            "",
-            "| model | target | ok | rel. error vs ORT | vs TVM | TVM vs ORT | graph replays | "
-            "graph rel. error vs ORT | TVM compile s | rtask compile s | nvcc cache hits/misses |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
+        head = ("| model | target | ok | rel. error vs ORT | vs TVM | TVM vs ORT | graph replays "
+                "| graph rel. error vs ORT | TVM compile s | rtask compile s | nvcc cache "
+                "hits/misses |")  # fmt: skip
+        lines += ["", head, "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in num["records"]:
             cache = r.get("nvcc_cache") or {}
-            lines.append(
-                f"| {r.get('model')} | {r.get('target', 'cuda')} | "
-                f"{'yes' if r.get('ok') else 'NO'} | {_fmt(r.get('ort_rel_err'))} | "
-                f"{_fmt(r.get('rel_err'))} | {_fmt(r.get('tvm_ort_rel_err'))} | "
-                f"{r.get('graph_replays', '')} | {_fmt(r.get('graph_rel_err'))} | "
-                f"{r.get('tvm_compile_s', '')} | {r.get('rtask_compile_s', '')} | "
-                f"{cache.get('hits', '')}/{cache.get('misses', '')} |"
-            )
+            lines.append(f"| {r.get('model')} | {r.get('target', 'cuda')} | "
+                         f"{'yes' if r.get('ok') else 'NO'} | {_fmt(r.get('ort_rel_err'))} | "
+                         f"{_fmt(r.get('rel_err'))} | {_fmt(r.get('tvm_ort_rel_err'))} | "
+                         f"{r.get('graph_replays', '')} | {_fmt(r.get('graph_rel_err'))} | "
+                         f"{r.get('tvm_compile_s', '')} | {r.get('rtask_compile_s', '')} | "
+                         f"{cache.get('hits', '')}/{cache.get('misses', '')} |")  # fmt: skip
         for r in num["records"]:
             if r.get("error"):
                 lines.append(f"- {r['model']}: {r['error'][:300]}")
@@ -1062,17 +830,14 @@ def render_summary(doc: dict, steps: dict) -> str:
     lat = steps.get("latency")
     lines += ["", "## 2. Latency at batch 1 (median ms; ratio to TVM + CUDA graph)"]
     if lat:
-        from plot import markdown_table
+        from bench.records import markdown_table
 
         lines += ["", markdown_table(lat["doc"]).strip()] if lat["doc"].get("models") else []
         lines += ["", "Slower than TVM + CUDA graph:"]
         lines += [f"- {s}" for s in lat["slower"]] or ["- none"]
-        failed = [
-            f"- {m['name']} {n}: {e['error'][:200]}"
-            for m in lat["doc"].get("models", [])
-            for n, e in m.get("configs", {}).items()
-            if e.get("error")
-        ]
+        models = lat["doc"].get("models", [])
+        configs = [(m, n, e) for m in models for n, e in m.get("configs", {}).items()]
+        failed = [f"- {m['name']} {n}: {e['error'][:200]}" for m, n, e in configs if e.get("error")]
         if failed:
             lines += ["", "Failed:", *failed]
     else:
@@ -1080,10 +845,8 @@ def render_summary(doc: dict, steps: dict) -> str:
     where = steps.get("where")
     lines += ["", "## 3. Where the time goes"]
     if where:
-        lines.append(
-            f"model {where['model']} (worst ratio {where.get('worst')}); kernel report "
-            f"status {where['status']}; timeline {where['timeline']}"
-        )
+        lines.append(f"model {where['model']} (worst ratio {where.get('worst')}); kernel report "
+                     f"status {where['status']}; timeline {where['timeline']}")  # fmt: skip
         lines += [f"- {json.dumps(r)}" for r in where.get("top_operators", [])]
     else:
         lines.append("not reached")
@@ -1092,16 +855,12 @@ def render_summary(doc: dict, steps: dict) -> str:
     if prof:
         lines.append(f"cache: {prof.get('cache')} (in {DETAILS})")
         if prof.get("shipped"):
-            lines.append(
-                f"shipped format: {prof['shipped']} (in {DETAILS}; docs/gpu.md, step 4: "
-                "copied into tvm_rtask/runtime/profiles/)"
-            )
+            lines.append(f"shipped format: {prof['shipped']} (in {DETAILS}; docs/gpu.md, step 4: "
+                         "copied into tvm_rtask/runtime/profiles/)")  # fmt: skip
         for r in prof.get("records", []):
-            lines.append(
-                f"- {r['model']}: status {r['status']}, estimated "
-                f"{_fmt(r.get('estimated_ms'))} ms, measured "
-                f"{_fmt(r.get('measured_ms'))} ms, error {_fmt(r.get('error'))}"
-            )
+            lines.append(f"- {r['model']}: status {r['status']}, estimated "
+                         f"{_fmt(r.get('estimated_ms'))} ms, measured {_fmt(r.get('measured_ms'))} "
+                         f"ms, error {_fmt(r.get('error'))}")  # fmt: skip
     else:
         lines.append("not reached")
     ext = steps.get("extras")
@@ -1110,9 +869,8 @@ def render_summary(doc: dict, steps: dict) -> str:
         if ext.get("skipped"):
             lines.append(f"skipped: {ext['skipped']}")
         for r in ext.get("records", []):
-            lines.append(
-                f"- {r['what']}: status {r['status']} {r.get('result') or r.get('tail') or ''}"
-            )
+            detail = r.get("result") or r.get("tail") or ""
+            lines.append(f"- {r['what']}: status {r['status']} {detail}")
     else:
         lines.append("not reached")
     lines += ["", "## Not reached"]
@@ -1128,27 +886,23 @@ def _fmt(value) -> str:
 
 # -- publishing ---------------------------------------------------------------------------------
 README_BEGIN = (
-    "<!-- gpu numbers: generated by `python bench/gpu_window.py --update-readme {path}` -->"
+    "<!-- gpu numbers: generated by `python -m bench gpu-window --update-readme {path}` -->"
 )
 README_END = "<!-- /gpu numbers -->"
 README_PLACEHOLDER = re.compile(r"^GPU: no GPU table yet.*?(?=\n\n|\Z)", re.S | re.M)
 
 
-def publish(window_out: Path, results_dir: Path = HERE / "results") -> Path:
+def publish(window_out: Path, results_dir: Path = RESULTS) -> Path:
     """A window's folder to ``bench/results/<date>-<device>.json`` (+ ``.md``, ``.png``): the
     harness's document of step 2 with the window's numerics, slower-than lines and summary."""
-    from harness import read_records
-    from plot import markdown_table, plot_results
-    from records import results_document
+    from bench.records import markdown_table, plot_results, results_document
 
-    doc = results_document(read_records(window_out / "bench.jsonl"))
+    doc = results_document(read_jsonl(window_out / "bench.jsonl"))
     summary = _read_json(window_out / "summary.json")
-    doc["window"] = {
-        "numerics": _read_jsonl(window_out / "numerics.jsonl"),
-        "slower_than_tvm_cuda_graph": slower_than_baseline(doc),
-        "not_reached": summary.get("not_reached", []),
-        "gpu": summary.get("gpu", {}),
-    }
+    window = {"numerics": read_jsonl(window_out / "numerics.jsonl")}
+    window["slower_than_tvm_cuda_graph"] = slower_than_baseline(doc)
+    window.update(not_reached=summary.get("not_reached", []), gpu=summary.get("gpu", {}))
+    doc["window"] = window
     device = _device_slug(summary.get("gpu", {}).get("device_name") or doc.get("device"))
     date = (summary.get("date") or doc.get("date") or datetime.date.today().isoformat())[:10]
     path = results_dir / f"{date}-{device}.json"
@@ -1164,7 +918,7 @@ def publish(window_out: Path, results_dir: Path = HERE / "results") -> Path:
 
 def readme_block(path: str | Path, root: Path = ROOT) -> str:
     """README's GPU table from a published results file, between its markers."""
-    from plot import markdown_table
+    from bench.records import markdown_table
 
     try:
         source = Path(path).resolve().relative_to(root.resolve()).as_posix()
@@ -1184,9 +938,8 @@ def update_readme(path: str | Path, readme: Path = ROOT / "README.md") -> None:
     of the paragraph 'GPU: no GPU table yet ...' the first time."""
     text = readme.read_text(encoding="utf-8")
     block = readme_block(path, readme.parent)
-    marked = re.compile(
-        re.escape(README_BEGIN).replace(r"\{path\}", "[^ ]+") + ".*?" + re.escape(README_END), re.S
-    )
+    # any generating command before the path: the block written by bench/gpu_window.py too
+    marked = re.compile(r"<!-- gpu numbers: generated by .*?" + re.escape(README_END), re.S)
     if marked.search(text):
         text = marked.sub(lambda _: block, text, count=1)
     elif README_PLACEHOLDER.search(text):
@@ -1197,33 +950,6 @@ def update_readme(path: str | Path, readme: Path = ROOT / "README.md") -> None:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _probe_gpu(force_absent: bool) -> dict:
-    """gpu_check's probe: TVM's view of ``cuda(0)`` from a subprocess (a CUDA context in
-    this driver process would hold the GPU through every step), and nvidia-smi's."""
-    if force_absent:
-        return {"exist": False, "forced": "--no-gpu"}
-    from gpu_check import _PROBE
-    from harness import gpu_info
-
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
-        )
-        info = json.loads(out.stdout.strip().splitlines()[-1])
-    except Exception as err:  # noqa: BLE001 - no TVM at all, a crash, ...
-        info = {"exist": False, "error": f"{type(err).__name__}: {err}"[:300]}
-    info["nvidia_smi"] = gpu_info()
-    return info
-
-
-def _append(path: Path, rec: dict) -> None:
-    line = json.dumps(rec, default=str) + "\n"
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(Path(path).read_text())
@@ -1254,37 +980,32 @@ def _device_slug(name: str | None) -> str:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-results" / "window"))
-    p.add_argument("--work", default=None, help="logs and builds (default /tmp/tvm-rtask-window)")
-    p.add_argument("--deadline", type=float, default=450, help="seconds from --since")
-    p.add_argument("--since", type=float, default=None, help="Unix time the call began")
-    p.add_argument(
-        "--prep",
-        default=os.environ.get("TVM_RTASK_GPU_PREP"),
-        help="the pack's prepared folder (manifest.json, nvcc/)",
-    )
-    p.add_argument("--no-gpu", action="store_true", help="act as without a GPU")
-    p.add_argument("--jobs", type=int, default=None, help="processes side by side")
-    p.add_argument("--numerics", help="step 1's models, comma-separated (light:X, zoo:X)")
-    p.add_argument("--latency-models", help="step 2's zoo models, comma-separated")
-    p.add_argument("--latency-configs", help="step 2's configurations, comma-separated")
-    p.add_argument("--config-timeout", type=float, default=150)
-    p.add_argument("--skip", default="", help="steps to leave out: numerics,latency,where,...")
-    p.add_argument("--prepare", metavar="DIR", help="the pack: fill DIR's nvcc cache, no GPU")
-    p.add_argument("--smoke", action="store_true", help="--prepare: the dry run's tiny build")
-    p.add_argument("--publish", metavar="OUT_DIR", help="a window's folder to bench/results/")
-    p.add_argument("--update-readme", metavar="JSON", help="README's GPU table from a file")
-    p.add_argument("--numerics-worker", help=argparse.SUPPRESS)
-    p.add_argument("--codegen-worker", help=argparse.SUPPRESS)
-    p.add_argument("--timeout-worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--sanitize-worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--worker-out", help=argparse.SUPPRESS)
-    p.add_argument("--exe-cache", help=argparse.SUPPRESS)
+    add = p.add_argument
+    add("--out", default=os.environ.get("OUT") or str(ROOT / "gpu-results" / "window"))
+    add("--work", default=None, help="logs and builds (default /tmp/tvm-rtask-window)")
+    add("--deadline", type=float, default=450, help="seconds from --since")
+    add("--since", type=float, default=None, help="Unix time the call began")
+    add("--prep", default=os.environ.get("TVM_RTASK_GPU_PREP"),
+        help="the pack's prepared folder (manifest.json, nvcc/)")  # fmt: skip
+    add("--no-gpu", action="store_true", help="act as without a GPU")
+    add("--jobs", type=int, default=None, help="processes side by side")
+    add("--numerics", help="step 1's models, comma-separated (light:X, zoo:X)")
+    add("--latency-models", help="step 2's zoo models, comma-separated")
+    add("--latency-configs", help="step 2's configurations, comma-separated")
+    add("--config-timeout", type=float, default=150)
+    add("--skip", default="", help="steps to leave out: numerics,latency,where,...")
+    add("--prepare", metavar="DIR", help="the pack: fill DIR's nvcc cache, no GPU")
+    add("--smoke", action="store_true", help="--prepare: the dry run's tiny build")
+    add("--publish", metavar="OUT_DIR", help="a window's folder to bench/results/")
+    add("--update-readme", metavar="JSON", help="README's GPU table from a file")
+    for hidden in ("--numerics-worker", "--codegen-worker", "--worker-out", "--exe-cache"):
+        add(hidden, help=argparse.SUPPRESS)
+    add("--timeout-worker", action="store_true", help=argparse.SUPPRESS)
+    add("--sanitize-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.since = args.since or time.time()
-    args.work = args.work or (
-        "/tmp/tvm-rtask-window" if os.environ.get("OUT") else str(Path(args.out) / ".work")
-    )
+    work = "/tmp/tvm-rtask-window" if os.environ.get("OUT") else str(Path(args.out) / ".work")
+    args.work = args.work or work
     args.latency_models = args.latency_models.split(",") if args.latency_models else None
     args.latency_configs = args.latency_configs.split(",") if args.latency_configs else None
     return args
@@ -1293,9 +1014,8 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.numerics_worker:
-        return numerics_worker(
-            args.numerics_worker, not args.no_gpu, Path(args.worker_out), args.exe_cache
-        )
+        out = Path(args.worker_out)
+        return numerics_worker(args.numerics_worker, not args.no_gpu, out, args.exe_cache)
     if args.codegen_worker:
         return codegen_worker(args.codegen_worker, Path(args.worker_out))
     if args.timeout_worker:
@@ -1315,19 +1035,14 @@ def main(argv: list[str] | None = None) -> int:
         (window.out / name).unlink(missing_ok=True)
     window.probe()
     gpu = window.gpu_present
-    args.numerics = (
-        args.numerics.split(",") if args.numerics else (NUMERICS_MODELS if gpu else SMOKE_NUMERICS)
-    )
+    default = NUMERICS_MODELS if gpu else SMOKE_NUMERICS
+    args.numerics = args.numerics.split(",") if args.numerics else default
     window.summary()
     skip = set(filter(None, args.skip.split(",")))
     window.start_background()
-    steps = [
-        ("numerics", window.step_numerics, 30),
-        ("latency", window.step_latency, 40),
-        ("where", window.step_where, 25),
-        ("profile", window.step_profile, 25),
-        ("extras", window.step_extras, 20),
-    ]
+    steps = [("numerics", window.step_numerics, 30), ("latency", window.step_latency, 40),
+             ("where", window.step_where, 25), ("profile", window.step_profile, 25),
+             ("extras", window.step_extras, 20)]  # fmt: skip
     for name, step, needs in steps:
         if name in skip:
             window.not_reached.append(f"{name} (skipped by --skip)")

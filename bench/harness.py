@@ -1,38 +1,22 @@
 """Benchmark harness: every configuration of every model, each result written as it is timed.
 
-Usage::
-
-    python bench/harness.py --smoke                 # CI: tiny reduced models, few repeats, CPU
-    python bench/harness.py                         # CPU, the full zoo (long)
-    python bench/harness.py --gpu --deadline 500    # the GPU machine: target cuda, stop in time
-    python bench/harness.py --models lstm_tc seq2seq --batch 1 4 --repeat 50
+    python -m bench latency --smoke                 # CI: tiny reduced models, few repeats, CPU
+    python -m bench latency                         # CPU, the full zoo (long)
+    python -m bench latency --gpu --deadline 500    # the GPU machine: target cuda, stop in time
     tvm-rtask bench --smoke                         # the same, through the CLI
 
-Records
-    Every (model, batch, configuration) becomes one JSON line of ``--results`` (default
-    ``<out-dir>/<date>-<device>.jsonl``), appended and flushed the moment it is known: a
-    run killed at any point keeps everything timed before. A record holds the model, the
-    configuration, ``compile_s`` (compile or load time; ``cached`` says which), the relative
-    error against the reference, and ``median_ms``, ``min_ms``, ``max_ms``, ``p10_ms``,
-    ``p90_ms``, ``mean_ms``, ``repeat`` (N) -- or ``error`` (failed, wrong result, timed
-    out, worker died) or ``skipped`` (a peer that is not installed here). Every run first
-    appends one ``{"type": "env"}`` line: device, driver, clocks, versions, date, source hash.
+Records: one JSON line of ``--results`` (default ``<out-dir>/<date>-<device>.jsonl``) per
+(model, batch, configuration), appended the moment it is known, after one ``{"type": "env"}``
+line (device, clocks, versions, date, source hash): ``compile_s`` (``cached`` or not), the
+relative error, ``median_ms``, ``min_ms``, ``max_ms``, ``p10_ms``, ``p90_ms``, ``mean_ms``,
+``repeat`` -- or ``error`` or ``skipped``. A second run with the same ``--results`` skips what
+is recorded (``--retry-failed``, ``--fresh``); executables are cached in ``--cache-dir``, keyed
+by model, batch, configuration, target and a hash of the tvm_rtask sources.
 
-Resume
-    A second run with the same ``--results`` skips every (model, batch, configuration)
-    already recorded (``--retry-failed`` runs the failed ones again, ``--fresh`` ignores
-    the file). Compiled executables are cached in ``--cache-dir`` (default
-    ``/tmp/tvm-rtask-cache``), keyed by model, batch, configuration, target and a hash of
-    the tvm_rtask source tree, so nothing compiles twice on one machine.
-
-Isolation
-    The configurations of one model run one after another in one worker process (so their
-    ratios are comparable), each under ``--timeout`` seconds. A configuration that raises is
-    recorded with its reason and the worker goes on; one that overruns its timeout, or kills
-    its worker, is recorded as such and a fresh worker continues with the next one. The TVM
-    configurations and the peers (PyTorch, ONNX Runtime) run in separate workers: Triton
-    and TVM both carry LLVM, which do not always share a process. ``--deadline`` stops
-    cleanly before the given number of seconds and lists what was not reached.
+Isolation: the configurations of one model run one after another in one worker process, each
+under ``--timeout``; a failure is recorded and the worker goes on, an overrun or a dead worker
+is recorded and a fresh worker goes on. The peers run in workers of their own (Triton and TVM
+both carry LLVM). ``--deadline`` stops cleanly in time and lists what was not reached.
 
 Configurations (``--configs`` picks any of them by name)
 
@@ -53,22 +37,14 @@ Configurations (``--configs`` picks any of them by name)
 ``torch_compile_reduce_overhead``  ``mode="reduce-overhead"`` (CUDA graphs; cuda only)
 =================================  =================================================================
 
-The PyTorch peers run the zoo model's twin (``tvm_rtask.models.torch_twin``: a
-``torch.nn.Module`` made from the very ONNX graph and weights the TVM configurations compile;
-``torch_source`` in the record); a model from outside the zoo goes through onnx2torch, and is
-``skipped`` with the reason where onnx2torch is missing or cannot convert it.
-
-Every TVM and tvm-rtask configuration is checked against ``tvm_default``'s output (relative
-error < ``--tolerance``, 1e-4) before it is timed, the peers against the same reference with
-``--peer-tolerance`` (1e-3; TF32 is switched off in PyTorch); ``tvm_default`` itself is
-checked against ONNX Runtime on the CPU, which is also the reference when ``tvm_default``
-failed. A wrong result is an ``error`` record and is not timed. Timing: ``--warmup`` calls,
-then ``--repeat`` calls (fewer if they exceed ``--max-timing-s``), each followed by a device
-synchronisation (``dev.sync()``, ``torch.cuda.synchronize()``).
-
-At the end (and after every model) the records are gathered into ``<stem>.json`` (shaped
-``{"device", "versions", "models": [{"name", "batch", "configs": {name: {...}}}]}``),
-``<stem>.md`` (:func:`plot.markdown_table`) and ``<stem>.png`` (:func:`plot.plot_results`).
+The PyTorch peers run the zoo model's twin (``tvm_rtask.models.torch_twin``), a model outside
+the zoo goes through onnx2torch (``skipped`` with the reason where it cannot). Every TVM and
+tvm-rtask configuration is checked against ``tvm_default``'s output (``--tolerance``, 1e-4)
+before it is timed, the peers with ``--peer-tolerance`` (1e-3; no TF32 in PyTorch);
+``tvm_default`` itself against ONNX Runtime on the CPU, also the reference when
+``tvm_default`` failed. Timing: ``--warmup`` calls, then ``--repeat`` calls (fewer past
+``--max-timing-s``), each followed by a device synchronisation. After every model the records
+are gathered into ``<stem>.json``, ``<stem>.md`` and ``<stem>.png`` (:mod:`bench.records`).
 """
 
 from __future__ import annotations
@@ -89,15 +65,12 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # the bench/ modules below, when imported as a module
-from records import model_id, results_document  # noqa: E402
+from bench import RESULTS, ROOT, append_jsonl, read_jsonl
+from bench.peers import cpu_name, versions
+from bench.records import markdown_table, model_id, plot_results, results_document
+from tvm_rtask.testing.onnx_light import max_relative_error
 
-from tvm_rtask.testing.onnx_light import max_relative_error  # noqa: E402
-from tvm_rtask.testing.peers import cpu_name, versions  # noqa: E402
-
-ROOT = HERE.parent
-DEFAULT_OUT = HERE / "results"
+DEFAULT_OUT = RESULTS
 DEFAULT_CACHE = Path(os.environ.get("TVM_RTASK_BENCH_CACHE", "/tmp/tvm-rtask-cache"))
 TOLERANCE = 1e-4
 PEER_TOLERANCE = 1e-3
@@ -108,31 +81,11 @@ SMOKE_MODELS = {
     "lstm_tc": {"layers": 2, "steps": 2, "hidden": 8},
     "bert_layer": {"seq": 4, "hidden": 8, "heads": 2, "intermediate": 16},
 }
-CPU_MODELS = [
-    "lstm_tc",
-    "seq2seq",
-    "deepspeech2",
-    "bert_layer",
-    "alexnet",
-    "squeezenet",
-    "resnext29",
-    "randwire",
-    "inception_v3",
-    "nasnet_cifar",
-]
+CPU_MODELS = ["lstm_tc", "seq2seq", "deepspeech2", "bert_layer", "alexnet", "squeezenet",
+              "resnext29", "randwire", "inception_v3", "nasnet_cifar"]  # fmt: skip
 # On the GPU, the cheapest CUDA builds first, so a short window times as many as it can.
-GPU_MODELS = [
-    "squeezenet",
-    "alexnet",
-    "bert_layer",
-    "resnext29",
-    "lstm_tc",
-    "seq2seq",
-    "deepspeech2",
-    "inception_v3",
-    "randwire",
-    "nasnet_cifar",
-]
+GPU_MODELS = ["squeezenet", "alexnet", "bert_layer", "resnext29", "lstm_tc", "seq2seq",
+              "deepspeech2", "inception_v3", "randwire", "nasnet_cifar"]  # fmt: skip
 
 
 # -- configurations ---------------------------------------------------------------------------
@@ -179,28 +132,15 @@ def all_configurations(target_kind: str) -> list[dict]:
         | ({"cuda_graph": True} if n.endswith("_cuda_graph") else {})
         for n, p, b, d in rtask
     ]
-    configs += [
-        {"name": "onnxruntime", "kind": "peer"},
-        {"name": "torch_eager", "kind": "peer", "torch_mode": "eager"},
-        {"name": "torch_compile", "kind": "peer", "torch_mode": "default"},
-        # On the CPU, opt-in (--configs): Inductor's autotuning takes minutes per model.
-        {
-            "name": "torch_compile_max_autotune",
-            "kind": "peer",
-            # on the GPU PyTorch's own max-autotune (CUDA graphs included); there are no
-            # CUDA graphs to capture on the CPU
-            "torch_mode": "max-autotune" if gpu else "max-autotune-no-cudagraphs",
-            "default": gpu,
-        },
-    ]
-    if gpu:
-        configs += [
-            {
-                "name": "torch_compile_reduce_overhead",
-                "kind": "peer",
-                "torch_mode": "reduce-overhead",
-            },
-        ]
+    peers = [("onnxruntime", None), ("torch_eager", "eager"), ("torch_compile", "default")]
+    # On the CPU, opt-in (--configs): Inductor's autotuning takes minutes per model. On the GPU
+    # PyTorch's own max-autotune (CUDA graphs included); there are no CUDA graphs on the CPU.
+    autotune = "max-autotune" if gpu else "max-autotune-no-cudagraphs"
+    peers.append(("torch_compile_max_autotune", autotune))
+    peers += [("torch_compile_reduce_overhead", "reduce-overhead")] if gpu else []
+    for name, mode in peers:
+        configs.append({"name": name, "kind": "peer"} | ({"torch_mode": mode} if mode else {}))
+    configs[-2 if gpu else -1]["default"] = gpu  # max-autotune
     if os.environ.get(TEST_CONFIGS_ENV):
         configs += [{**c, "default": False} for c in _test_configs()]
     for c in configs:
@@ -215,10 +155,8 @@ def configurations(target_kind: str, names: list[str] | None = None) -> list[dic
         return [c for c in known if c["default"]]
     unknown = sorted(set(names) - {c["name"] for c in known})
     if unknown:
-        raise ValueError(
-            f"unknown configuration(s) {', '.join(unknown)} for {target_kind}; known: "
-            f"{', '.join(c['name'] for c in known)}"
-        )
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown)} for {target_kind}; "
+                         f"known: {', '.join(c['name'] for c in known)}")  # fmt: skip
     return [c for c in known if c["name"] in names]
 
 
@@ -234,11 +172,7 @@ def record_key(target_kind: str, mid: str, config_name: str) -> str:
 
 def append_record(path: str | Path, record: dict) -> None:
     """One JSON line, flushed and synced: it survives the process being killed next."""
-    line = json.dumps(record, default=_json_default) + "\n"
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    append_jsonl(path, record, default=_json_default)
 
 
 def _json_default(value):
@@ -247,21 +181,7 @@ def _json_default(value):
     return str(value)
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """Every complete JSON line of a results file (a line cut by a kill is ignored)."""
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict):
-                    out.append(rec)
-    except FileNotFoundError:
-        pass
-    return out
+read_records = read_jsonl  # every complete JSON line of a results file
 
 
 def recorded_keys(path: str | Path, retry_failed: bool = False) -> set[str]:
@@ -278,15 +198,10 @@ def recorded_keys(path: str | Path, retry_failed: bool = False) -> set[str]:
 # -- measuring --------------------------------------------------------------------------------
 def _stats(samples_ms: list[float]) -> dict:
     p10, p50, p90 = np.percentile(samples_ms, [10, 50, 90])
-    return {
-        "median_ms": float(p50),
-        "min_ms": float(np.min(samples_ms)),
-        "max_ms": float(np.max(samples_ms)),
-        "p10_ms": float(p10),
-        "p90_ms": float(p90),
-        "mean_ms": float(np.mean(samples_ms)),
-        "repeat": len(samples_ms),
-    }
+    low, high, mean = np.min(samples_ms), np.max(samples_ms), np.mean(samples_ms)
+    values = {"median_ms": p50, "min_ms": low, "max_ms": high, "p10_ms": p10, "p90_ms": p90}
+    out = {k: float(v) for k, v in values.items()}
+    return out | {"mean_ms": float(mean), "repeat": len(samples_ms)}
 
 
 def time_calls(fn, warmup: int, repeat: int, sync=None, max_seconds: float | None = None) -> dict:
@@ -441,9 +356,8 @@ class ModelContext:
 
         self.spec = spec
         self.gpu = spec["target"] == "cuda"
-        self.model = zoo.onnx_model(
-            spec["model"], batch=spec["batch"], reduced=spec["reduced"], **spec["overrides"]
-        )
+        self.model = zoo.onnx_model(spec["model"], batch=spec["batch"], reduced=spec["reduced"],
+                                    **spec["overrides"])  # fmt: skip
         self.inputs = zoo.sample_inputs(self.model)
         self._mod = None
         self.cache = ArtifactCache(spec.get("cache_dir"), spec["source_hash"])
@@ -465,9 +379,8 @@ class ModelContext:
 
             options = ort.SessionOptions()
             options.intra_op_num_threads = 1
-            session = ort.InferenceSession(
-                self.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-            )
+            cpu = ["CPUExecutionProvider"]
+            session = ort.InferenceSession(self.model.SerializeToString(), options, providers=cpu)
             self._ort = [np.asarray(o) for o in session.run(None, self.inputs)]
         return self._ort
 
@@ -498,12 +411,9 @@ def _import_rtask_runtime() -> None:
     check): needed when an executable is loaded from the cache, not compiled here."""
     import importlib
 
-    for name in (
-        "tvm.support.nvcc",  # registers TVM's tvm_callback_cuda_compile (NVRTC)
-        "tvm_rtask.backend.cuda.status",
-        "tvm_rtask.runtime.cuda_status",
-        "tvm_rtask.api",
-    ):
+    # tvm.support.nvcc registers TVM's tvm_callback_cuda_compile (NVRTC)
+    for name in ("tvm.support.nvcc", "tvm_rtask.backend.cuda.status",
+                 "tvm_rtask.runtime.cuda_status", "tvm_rtask.api"):  # fmt: skip
         try:
             importlib.import_module(name)
         except ImportError:
@@ -594,9 +504,8 @@ def _onnxruntime_runner(ctx: ModelContext, entry: dict):
     if ctx.gpu:
         available = ort.get_available_providers()
         if "CUDAExecutionProvider" not in available:
-            raise _Skip(
-                f"onnxruntime has no CUDAExecutionProvider here (providers: {', '.join(available)})"
-            )
+            raise _Skip("onnxruntime has no CUDAExecutionProvider here (providers: "
+                        f"{', '.join(available)})")  # fmt: skip
         providers = ["CUDAExecutionProvider"]
     start = time.perf_counter()
     session = ort.InferenceSession(ctx.model.SerializeToString(), options, providers=providers)
@@ -648,11 +557,9 @@ def _torch_runner(config: dict, ctx: ModelContext, entry: dict):
     if mode != "eager":
         module = torch.compile(module, mode=None if mode == "default" else mode)
     args = [torch.from_numpy(np.ascontiguousarray(v)).to(device) for v in ctx.inputs.values()]
-    mark_step = (
-        getattr(torch.compiler, "cudagraph_mark_step_begin", None)
-        if mode in ("reduce-overhead", "max-autotune")
-        else None
-    )
+    mark_step = None
+    if mode in ("reduce-overhead", "max-autotune"):
+        mark_step = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
 
     def call():
         if mark_step:
@@ -707,9 +614,7 @@ def run_config(config: dict, ctx: ModelContext) -> dict:
             expected, reference = ctx.ort_outputs(), "onnxruntime_cpu"
         else:
             expected, reference = ctx.expected()
-        tolerance = (
-            ctx.spec["peer_tolerance"] if config["kind"] == "peer" else ctx.spec["tolerance"]
-        )
+        tolerance = ctx.spec["peer_tolerance" if config["kind"] == "peer" else "tolerance"]
         error = max_relative_error(outputs, expected)
         entry.update(rel_error=error, reference=reference, tolerance=tolerance)
         if not error < tolerance:
@@ -717,11 +622,8 @@ def run_config(config: dict, ctx: ModelContext) -> dict:
         else:
             if config["name"] == "tvm_default":
                 ctx.save_reference(outputs)
-            entry.update(
-                time_calls(
-                    fn, ctx.spec["warmup"], ctx.spec["repeat"], sync, ctx.spec["max_timing_s"]
-                )
-            )
+            spec = ctx.spec
+            entry.update(time_calls(fn, spec["warmup"], spec["repeat"], sync, spec["max_timing_s"]))
     except _Skip as why:
         entry["skipped"] = str(why)
     except Exception as err:
@@ -740,17 +642,10 @@ def _write_status(path: str, **status) -> None:
 
 
 def base_record(spec: dict, config_name: str) -> dict:
-    return {
-        "type": "result",
-        "key": record_key(spec["target"], spec["model_id"], config_name),
-        "model_id": spec["model_id"],
-        "model": spec["model"],
-        "batch": spec["batch"],
-        "reduced": spec["reduced"],
-        "overrides": spec["overrides"],
-        "target": spec["target"],
-        "config": config_name,
-    }
+    rec = {"type": "result", "key": record_key(spec["target"], spec["model_id"], config_name)}
+    keys = ("model_id", "model", "batch", "reduced", "overrides", "target")
+    rec.update({k: spec[k] for k in keys})
+    return rec | {"config": config_name}
 
 
 def run_worker(spec_path: str) -> int:
@@ -813,15 +708,8 @@ def _run(cmd: list[str], timeout: float = 30) -> str | None:
 
 def gpu_info() -> dict:
     """Name, driver, clocks and memory of GPU 0 from nvidia-smi; nvcc's version."""
-    fields = [
-        "name",
-        "driver_version",
-        "clocks.max.sm",
-        "clocks.sm",
-        "memory.total",
-        "compute_cap",
-        "pci.bus_id",
-    ]
+    fields = ["name", "driver_version", "clocks.max.sm", "clocks.sm", "memory.total",
+              "compute_cap", "pci.bus_id"]  # fmt: skip
     info = {}
     out = _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"])
     if out:
@@ -840,34 +728,18 @@ def device_name(target_kind: str, threads: int) -> str:
 
 
 # the distributions a benchmark record names the versions of (peers.versions reads them)
-DISTRIBUTIONS = (
-    "apache-tvm",
-    "apache-tvm-ffi",
-    "tvm-rtask",
-    "onnx",
-    "onnxruntime",
-    "torch",
-    "onnx2torch",
-    "numpy",
-)
+DISTRIBUTIONS = ("apache-tvm", "apache-tvm-ffi", "tvm-rtask", "onnx", "onnxruntime", "torch",
+                 "onnx2torch", "numpy")  # fmt: skip
 
 
 def environment(target_kind: str, threads: int, args) -> dict:
-    env = {
-        "type": "env",
-        "device": device_name(target_kind, threads),
-        "target": target_kind,
-        "mode": ("smoke-" if args.smoke else "") + ("gpu" if target_kind == "cuda" else "cpu"),
-        "threads": threads,
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "host": platform.node(),
-        "platform": platform.platform(),
-        "versions": versions(DISTRIBUTIONS),
-        "source_hash": source_hash(),
-        "warmup": args.warmup,
-        "repeat": args.repeat,
-        "timeout_s": args.timeout,
-    }
+    mode = ("smoke-" if args.smoke else "") + ("gpu" if target_kind == "cuda" else "cpu")
+    env = {"type": "env", "device": device_name(target_kind, threads), "target": target_kind}
+    date = datetime.datetime.now().isoformat(timespec="seconds")
+    env.update(mode=mode, threads=threads, date=date, host=platform.node())
+    env.update(platform=platform.platform(), versions=versions(DISTRIBUTIONS))
+    env.update(source_hash=source_hash(), warmup=args.warmup, repeat=args.repeat)
+    env["timeout_s"] = args.timeout
     if target_kind == "cuda":
         env["gpu"] = gpu_info()
     commit = _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
@@ -887,6 +759,13 @@ def _kill(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+
+
+def _spawn_worker(spec_path: Path, log) -> subprocess.Popen:
+    """``python -m bench.harness --worker SPEC`` in its own process group, output to ``log``."""
+    cmd = [sys.executable, "-m", "bench.harness", "--worker", str(spec_path)]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            cwd=str(ROOT))  # fmt: skip
 
 
 def _tail(path: Path, since: int = 0, lines: int = 3) -> str:
@@ -939,13 +818,7 @@ class Runner:
                 status_path.unlink()
             with open(log, "ab") as out:
                 log_start = out.tell()
-                proc = subprocess.Popen(
-                    [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    cwd=str(ROOT),
-                )
+                proc = _spawn_worker(spec_path, out)
                 failed, why = self._watch(proc, status_path, spec)
             self._print_new()
             done = recorded_keys(self.results)
@@ -1000,13 +873,7 @@ class Runner:
                 log = self.logs / f"{tag}.log"
                 with open(log, "ab") as out:
                     offset = out.tell()
-                    proc = subprocess.Popen(
-                        [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)],
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        cwd=str(ROOT),
-                    )
+                    proc = _spawn_worker(spec_path, out)
                 running.append((proc, spec, name, now, log, offset))
             if pending and now >= end - self.args.min_start_s:
                 pending = []  # left to the timing pass
@@ -1070,11 +937,9 @@ class Runner:
                 return current, f"timed out after {self.args.timeout} s (worker killed)"
 
     def _setup_failed(self, spec: dict, code: int | None) -> tuple[None, None]:
-        why = (
-            f"model setup timed out after {self.args.setup_timeout} s"
-            if code is None
-            else f"worker died (status {code}) while loading the model"
-        )
+        why = f"worker died (status {code}) while loading the model"
+        if code is None:
+            why = f"model setup timed out after {self.args.setup_timeout} s"
         for name in spec["configs"]:
             rec = base_record(spec, name)
             rec["error"] = why
@@ -1097,9 +962,6 @@ def describe_record(rec: dict) -> str:
 
 def write_summaries(results: Path, plot_png: bool) -> dict:
     """``<stem>.json`` (per model), ``<stem>.md`` (table) and, if asked, ``<stem>.png``."""
-    sys.path.insert(0, str(HERE))
-    from plot import markdown_table, plot_results
-
     doc = results_document(read_records(results))
     results.with_suffix(".json").write_text(json.dumps(doc, indent=1, default=_json_default))
     results.with_suffix(".md").write_text(markdown_table(doc))
@@ -1119,52 +981,39 @@ def _split_names(values: list[str] | None) -> list[str] | None:
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny models, few repeats")
-    parser.add_argument("--gpu", action="store_true", help="target cuda (the GPU machine)")
-    parser.add_argument("--models", nargs="+", help="zoo models (default: all, or the smoke set)")
-    parser.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes")
-    parser.add_argument("--reduced", action="store_true", help="the zoo's reduced variants")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads = vEUs")
-    parser.add_argument("--warmup", type=int, default=None)
-    parser.add_argument("--repeat", type=int, default=None)
-    parser.add_argument("--max-timing-s", type=float, default=20.0, help="timing cap per config")
-    parser.add_argument("--configs", nargs="+", help="only these configurations")
-    parser.add_argument("--out-dir", default=str(DEFAULT_OUT), help="where results go")
-    parser.add_argument(
-        "--results", help="results JSON lines (default <out-dir>/<date>-<device>.jsonl)"
-    )
-    parser.add_argument("--no-plot", action="store_true")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per configuration")
-    parser.add_argument("--setup-timeout", type=float, default=120, help="extra for model import")
-    parser.add_argument("--deadline", type=float, help="stop cleanly within this many seconds")
-    parser.add_argument("--deadline-at", type=float, help="the same as a Unix time")
-    parser.add_argument("--min-start-s", type=float, default=10, help="no worker starts later")
-    parser.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="compiled executables")
-    parser.add_argument("--no-cache", action="store_true")
-    parser.add_argument("--fresh", action="store_true", help="ignore configurations recorded")
-    parser.add_argument("--retry-failed", action="store_true", help="run failed ones again")
-    parser.add_argument(
-        "--compile-jobs",
-        type=int,
-        default=1,
-        help="compile the TVM configurations this many at a time first (cache needed); "
-        "the timings then run one at a time",
-    )
-    parser.add_argument(
-        "--compile-share", type=float, default=0.7, help="of the time to the deadline, at most"
-    )
-    parser.add_argument("--tolerance", type=float, default=TOLERANCE)
-    parser.add_argument("--peer-tolerance", type=float, default=PEER_TOLERANCE)
-    parser.add_argument(
-        "--logs-dir", help="workers' logs and specs (default <results stem>.logs beside it)"
-    )
-    parser.add_argument(
-        "--compile-only",
-        action="store_true",
-        help="fill --cache-dir with the TVM and tvm-rtask builds (--compile-jobs at a time) "
-        "and stop: what `make gpu-pack` prepares without a GPU",
-    )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    add = parser.add_argument
+    add("--smoke", action="store_true", help="tiny models, few repeats")
+    add("--gpu", action="store_true", help="target cuda (the GPU machine)")
+    add("--models", nargs="+", help="zoo models (default: all, or the smoke set)")
+    add("--batch", nargs="+", type=int, default=[1], help="batch sizes")
+    add("--reduced", action="store_true", help="the zoo's reduced variants")
+    add("--threads", type=int, default=None, help="CPU threads = vEUs")
+    add("--warmup", type=int, default=None)
+    add("--repeat", type=int, default=None)
+    add("--max-timing-s", type=float, default=20.0, help="timing cap per config")
+    add("--configs", nargs="+", help="only these configurations")
+    add("--out-dir", default=str(DEFAULT_OUT), help="where results go")
+    add("--results", help="results JSON lines (default <out-dir>/<date>-<device>.jsonl)")
+    add("--no-plot", action="store_true")
+    add("--timeout", type=float, default=None, help="seconds per configuration")
+    add("--setup-timeout", type=float, default=120, help="extra for model import")
+    add("--deadline", type=float, help="stop cleanly within this many seconds")
+    add("--deadline-at", type=float, help="the same as a Unix time")
+    add("--min-start-s", type=float, default=10, help="no worker starts later")
+    add("--cache-dir", default=str(DEFAULT_CACHE), help="compiled executables")
+    add("--no-cache", action="store_true")
+    add("--fresh", action="store_true", help="ignore configurations recorded")
+    add("--retry-failed", action="store_true", help="run failed ones again")
+    add("--compile-jobs", type=int, default=1, help="compile the TVM configurations this many "
+        "at a time first (cache needed); the timings then run one at a time")  # fmt: skip
+    add("--compile-share", type=float, default=0.7, help="of the time to the deadline, at most")
+    add("--tolerance", type=float, default=TOLERANCE)
+    add("--peer-tolerance", type=float, default=PEER_TOLERANCE)
+    add("--logs-dir", help="workers' logs and specs (default <results stem>.logs beside it)")
+    add("--compile-only", action="store_true", help="fill --cache-dir with the TVM and "
+        "tvm-rtask builds (--compile-jobs at a time) and stop: what `make gpu-pack` prepares "
+        "without a GPU")  # fmt: skip
+    add("--worker", help=argparse.SUPPRESS)
     return parser, parser.parse_args(argv)
 
 
@@ -1178,9 +1027,7 @@ def main(argv: list[str] | None = None) -> int:
     target_kind = "cuda" if args.gpu else "llvm"
     args.timeout = args.timeout or (300 if args.smoke else 600)
     start = time.time()
-    deadline = float("inf")
-    if args.deadline_at:
-        deadline = args.deadline_at
+    deadline = args.deadline_at or float("inf")
     if args.deadline:
         deadline = min(deadline, start + args.deadline)
     models_arg = _split_names(args.models)
@@ -1223,51 +1070,30 @@ def main(argv: list[str] | None = None) -> int:
     for name, overrides in models:
         for batch in args.batch:
             mid = model_id(name, batch, reduced, overrides)
-            spec = {
-                "model": name,
-                "batch": batch,
-                "reduced": reduced,
-                "overrides": overrides,
-                "model_id": mid,
-                "target": target_kind,
-                "arch": arch,
-                "threads": args.threads,
-                "warmup": args.warmup,
-                "repeat": args.repeat,
-                "max_timing_s": args.max_timing_s,
-                "tolerance": args.tolerance,
-                "peer_tolerance": args.peer_tolerance,
-                "results": str(results),
-                "cache_dir": None if args.no_cache else args.cache_dir,
-                "source_hash": env["source_hash"],
-            }
+            spec = {"model": name, "batch": batch, "reduced": reduced, "overrides": overrides}
+            spec.update(model_id=mid, target=target_kind, arch=arch, threads=args.threads)
+            spec.update(warmup=args.warmup, repeat=args.repeat, max_timing_s=args.max_timing_s)
+            spec.update(tolerance=args.tolerance, peer_tolerance=args.peer_tolerance)
+            spec.update(results=str(results), source_hash=env["source_hash"])
+            spec["cache_dir"] = None if args.no_cache else args.cache_dir
             for group in ("tvm", "peer"):
-                todo = [
-                    c["name"]
-                    for c in configs
-                    if worker_group(c) == group
-                    and record_key(target_kind, mid, c["name"]) not in done
-                ]
-                skipped_before += sum(1 for c in configs if worker_group(c) == group) - len(todo)
+                names = [c["name"] for c in configs if worker_group(c) == group]
+                todo = [n for n in names if record_key(target_kind, mid, n) not in done]
+                skipped_before += len(names) - len(todo)
                 if todo:
                     plan.append(({**spec, "group": group}, todo))
     if (args.compile_jobs > 1 or args.compile_only) and not args.no_cache:
         kinds = {c["name"]: c["kind"] for c in configs}
-        jobs = [
-            (spec, name) for spec, todo in plan for name in todo if kinds[name] in ("tvm", "rtask")
-        ]
+        jobs = [(spec, n) for spec, todo in plan for n in todo if kinds[n] in ("tvm", "rtask")]
         if jobs:
-            end = (
-                start + args.compile_share * (deadline - start)
-                if deadline < float("inf")
-                else deadline
-            )
+            end = deadline
+            if deadline < float("inf"):
+                end = start + args.compile_share * (deadline - start)
             runner.precompile(jobs, args.compile_jobs, end)
             done = recorded_keys(results, args.retry_failed)
     if args.compile_only:
         failed = [r for r in read_records(results) if r.get("type") == "result" and "error" in r]
-        for rec in failed:
-            print(describe_record(rec))
+        print("".join(describe_record(rec) + "\n" for rec in failed), end="")
         return 1 if failed else 0
     # Every model's TVM configurations first, then the peers (torch.compile takes minutes).
     plan.sort(key=lambda item: item[0]["group"] != "tvm")
@@ -1283,8 +1109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{skipped_before} configuration(s) were recorded by an earlier run and skipped")
     if runner.not_reached:
         print(f"NOT REACHED before the deadline ({len(runner.not_reached)}):")
-        for item in runner.not_reached:
-            print(f"  {item}")
+        print("".join(f"  {item}\n" for item in runner.not_reached), end="")
     if failures:
         print(f"{failures} configuration(s) failed (see 'error' in the records)")
     return 1 if failures or runner.not_reached else 0

@@ -1,39 +1,24 @@
 """Per-operator report: TVM's kernel, tvm-rtask's rKernel and PyTorch, operator by operator.
 
-Usage::
+    python -m bench kernels --models squeezenet --target cuda --out kernels/
+    python -m bench kernels --models lstm_tc --reduced --target llvm   # CPU smoke
 
-    python bench/kernel_report.py --models squeezenet --target cuda --out kernels/
-    python bench/kernel_report.py --models lstm_tc --reduced --target llvm   # CPU smoke
+TVM's default pipeline for the target runs up to its scheduled ``call_tir`` PrimFuncs (library
+dispatch + legalize passes; dlight on CUDA). Each distinct operator (identical PrimFuncs once,
+with their number of uses) is timed: ``tvm_kernel_ms``, the scheduled PrimFunc alone
+(``tvm.compile``, ``time_evaluator``: no VM, no allocation); ``tvm_vm_ms``, a one-operator
+Relax module (one ``call_tir`` of the unscheduled PrimFunc) through ``tvm.compile`` and its VM;
+``rkernel_ms`` (:func:`rkernel_time`), the same module through ``tvm_rtask.compile(...,
+policy="sequential")`` (one persistent kernel of one rKernel), or ``None`` and why;
+``rules_on_ms`` / ``rules_off_ms`` (CUDA, operators a tvm-rtask CUDA rule takes), the PrimFunc
+scheduled with tvm-rtask's CUDA rules and without them (dlight), both at the vEU's 256
+threads, each alone (``rules_on_over_off``); ``torch_ms``, the operator's main computation in
+``torch.nn.functional`` where it maps (conv2d with stride, padding and groups inferred from the
+shapes, epilogue not included; matmul / dense), else ``None`` and why.
 
-For each model, TVM's default pipeline for the target is run up to its scheduled ``call_tir``
-PrimFuncs (library dispatch + legalize passes: LegalizeOps, FuseOps, FuseTIR and, on CUDA,
-dlight). Each distinct operator (identical PrimFuncs counted once, with their number of
-uses) is then timed four ways:
-
-``tvm_kernel_ms``
-    the scheduled PrimFunc alone: ``tvm.compile(IRModule({"main": f}), target)`` timed with
-    ``time_evaluator`` (no VM, no allocation).
-``tvm_vm_ms``
-    a one-operator Relax module (one ``call_tir`` of the unscheduled PrimFunc) built by
-    ``tvm.compile``: the same VM call as the next column, so their ratio is fair.
-``rkernel_ms``
-    :func:`rkernel_time`: the same one-operator module through
-    ``tvm_rtask.compile(..., policy="sequential")`` (one persistent kernel of one rKernel),
-    timed through its VM; ``None`` with the reason when it cannot be built.
-``rules_on_ms`` / ``rules_off_ms`` (CUDA, operators a tvm-rtask CUDA schedule rule takes:
-    convolutions)
-    the unscheduled PrimFunc scheduled as tvm-rtask schedules it, with its CUDA rules
-    (``backend/cuda/rules``) and without them (dlight), both at the vEU's thread cap (256),
-    each timed alone as ``tvm_kernel_ms`` is (option ``cuda_rules``; ``rules_on_over_off``).
-``torch_ms``
-    the operator's main computation in ``torch.nn.functional`` where it maps (conv2d from
-    the buffer shapes -- stride, padding and groups inferred from them, the fused epilogue
-    not included --, matmul / dense); otherwise ``None`` and the reason.
-
-Ratios: ``rkernel_ms / tvm_vm_ms`` and ``torch_ms / tvm_kernel_ms``; ``lost_ms`` = (rkernel
-- tvm_vm) x uses, the time the model loses in that operator. Rows are sorted by
-``lost_ms``, largest first. Writes ``kernel_report-<model>.json`` and ``.md`` to ``--out``,
-after every operator (a killed run keeps what it measured).
+Ratios: ``rkernel_ms / tvm_vm_ms``, ``torch_ms / tvm_kernel_ms``; ``lost_ms`` = (rkernel -
+tvm_vm) x uses, the time the model loses in that operator; rows sorted by it, largest first.
+Writes ``kernel_report-<model>.json`` and ``.md`` to ``--out`` after every operator.
 """
 
 from __future__ import annotations
@@ -47,18 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+from bench import RESULTS
+from bench.harness import device_name, make_target, one_line, time_calls
+
 RKERNEL_METHOD = (
     "tvm_rtask.compile(one-operator module, policy='sequential'), VM call timed with "
     "time_evaluator (compare with tvm_vm_ms, the same module through tvm.compile)"
 )
-
-
-def _target(kind: str):
-    sys.path.insert(0, str(HERE))
-    from harness import make_target
-
-    return make_target(kind)
 
 
 def _backend(target):
@@ -129,24 +109,18 @@ def _random_args(buffers, dev, seed: int = 0):
     arrays = []
     for shape, dtype in buffers:
         if dtype.startswith("float"):
-            value = rng.standard_normal(shape).astype(dtype)
+            arrays.append(rng.standard_normal(shape).astype(dtype))
         elif dtype == "bool":
-            value = rng.integers(0, 2, shape).astype(bool)
+            arrays.append(rng.integers(0, 2, shape).astype(bool))
         else:  # indices: zero is in bounds for every gather
-            value = np.zeros(shape, dtype=dtype)
-        arrays.append(value)
+            arrays.append(np.zeros(shape, dtype=dtype))
     return arrays, [tvm.runtime.tensor(a, dev) for a in arrays]
 
 
 def _median_ms(timer, *args) -> dict:
-    res = timer(*args)
-    samples = [r * 1e3 for r in res.results]
-    return {
-        "median_ms": float(np.median(samples)),
-        "min_ms": float(np.min(samples)),
-        "max_ms": float(np.max(samples)),
-        "repeat": len(samples),
-    }
+    samples = [r * 1e3 for r in timer(*args).results]
+    values = {"median_ms": np.median(samples), "min_ms": np.min(samples), "max_ms": np.max(samples)}
+    return {k: float(v) for k, v in values.items()} | {"repeat": len(samples)}
 
 
 def tvm_kernel_time(op: dict, scheduled, target, dev, repeat: int) -> dict:
@@ -178,11 +152,9 @@ def rules_times(op: dict, target, dev, repeat: int) -> dict:
     if on.attrs is None or RULE_ATTR not in on.attrs:
         return {}
     off = schedule_for_cuda(op["func"], capped, rules=False)
-    times = {
-        "rule": str(on.attrs[RULE_ATTR]),
-        "rules_on_ms": kernel_time(on, capped, dev, repeat)["median_ms"],
-        "rules_off_ms": kernel_time(off, capped, dev, repeat)["median_ms"],
-    }
+    times = {"rule": str(on.attrs[RULE_ATTR])}
+    times["rules_on_ms"] = kernel_time(on, capped, dev, repeat)["median_ms"]
+    times["rules_off_ms"] = kernel_time(off, capped, dev, repeat)["median_ms"]
     times["rules_on_over_off"] = times["rules_on_ms"] / times["rules_off_ms"]
     return times
 
@@ -201,9 +173,8 @@ def one_operator_module(op: dict):
     with bb.function("main", params):
         with bb.dataflow():
             gvar = bb.add_func(func.without_attr("global_symbol"), op["name"])
-            out = bb.emit_output(
-                relax.call_tir(gvar, params, relax.TensorType(out_shape, out_dtype))
-            )
+            call = relax.call_tir(gvar, params, relax.TensorType(out_shape, out_dtype))
+            out = bb.emit_output(call)
         bb.emit_func_output(out)
     mod = bb.get()
     # FuseTIR's attributes (op pattern) make the operator a candidate for rTask planning.
@@ -240,16 +211,12 @@ def rkernel_time(op: dict, target, dev, repeat: int) -> tuple[dict | None, str]:
         timing = _vm_time(ex, inputs, dev, repeat)
         try:  # whether the operator became an rKernel or stayed an ordinary kernel
             report = tvm_rtask.plan(mod, target, policy="sequential").report()
-            timing["plan"] = {
-                k: report.get(k) for k in ("rprograms", "kernel_launches", "ordinary_ops")
-            }
+            keys = ("rprograms", "kernel_launches", "ordinary_ops")
+            timing["plan"] = {k: report.get(k) for k in keys}
         except Exception as err:
             timing["plan"] = {"error": str(err)[:200]}
         return timing, RKERNEL_METHOD
     except Exception as err:
-        sys.path.insert(0, str(HERE))
-        from harness import one_line
-
         return None, f"not available: {one_line(err)}"
 
 
@@ -259,14 +226,8 @@ def _conv_params(x, w, y):
     found = []
     for dim in (2, 3):
         size, kernel, out = x[dim], w[dim], y[dim]
-        match = None
-        for stride in range(1, 5):
-            for pad in range(0, kernel + 1):
-                if (size + 2 * pad - kernel) // stride + 1 == out:
-                    match = (stride, pad)
-                    break
-            if match:
-                break
+        pairs = ((s, p) for s in range(1, 5) for p in range(0, kernel + 1))
+        match = next(((s, p) for s, p in pairs if (size + 2 * p - kernel) // s + 1 == out), None)
         if match is None:
             return None
         found.append(match)
@@ -315,9 +276,6 @@ def torch_time(op: dict, gpu: bool, repeat: int) -> tuple[dict | None, str]:
     import torch
     import torch.nn.functional as F
 
-    sys.path.insert(0, str(HERE))
-    from harness import time_calls
-
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     device = "cuda" if gpu else "cpu"
@@ -344,31 +302,31 @@ def _fmt(value, digits: int = 4) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = [
-        f"# Kernel report: {report['model']} on {report['target']} ({report['device']})",
-        "",
-        f"rKernel column: {report['rkernel_method']}",
-        "",
-        "| operator | uses | TVM kernel ms | TVM VM ms | rKernel ms | rKernel/TVM VM | "
-        "rules on ms | rules off ms | on/off | torch ms | torch/TVM kernel | lost ms | notes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    lines = [f"# Kernel report: {report['model']} on {report['target']} ({report['device']})"]
+    lines += ["", f"rKernel column: {report['rkernel_method']}", ""]
+    lines.append("| operator | uses | TVM kernel ms | TVM VM ms | rKernel ms | rKernel/TVM VM | "
+                 "rules on ms | rules off ms | on/off | torch ms | torch/TVM kernel | lost ms | "
+                 "notes |")  # fmt: skip
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in report["operators"]:
         notes = "; ".join(n for n in (row.get("rkernel_note"), row.get("torch_note")) if n)
         if row.get("error"):
             notes = row["error"]
-        lines.append(
-            f"| {row['name']} | {row['uses']} | {_fmt(row.get('tvm_kernel_ms'))} | "
-            f"{_fmt(row.get('tvm_vm_ms'))} | {_fmt(row.get('rkernel_ms'))} | "
-            f"{_fmt(row.get('rkernel_over_tvm_vm'), 2)} | {_fmt(row.get('rules_on_ms'))} | "
-            f"{_fmt(row.get('rules_off_ms'))} | {_fmt(row.get('rules_on_over_off'), 2)} | "
-            f"{_fmt(row.get('torch_ms'))} | "
-            f"{_fmt(row.get('torch_over_tvm_kernel'), 2)} | {_fmt(row.get('lost_ms'))} | "
-            f"{notes[:160]} |"
-        )
+        get = row.get
+        lines.append(f"| {row['name']} | {row['uses']} | {_fmt(get('tvm_kernel_ms'))} | "
+                     f"{_fmt(get('tvm_vm_ms'))} | {_fmt(get('rkernel_ms'))} | "
+                     f"{_fmt(get('rkernel_over_tvm_vm'), 2)} | {_fmt(get('rules_on_ms'))} | "
+                     f"{_fmt(get('rules_off_ms'))} | {_fmt(get('rules_on_over_off'), 2)} | "
+                     f"{_fmt(get('torch_ms'))} | {_fmt(get('torch_over_tvm_kernel'), 2)} | "
+                     f"{_fmt(get('lost_ms'))} | {notes[:160]} |")  # fmt: skip
     if report.get("not_reached"):
         lines += ["", f"Not reached before the deadline: {', '.join(report['not_reached'])}"]
     return "\n".join(lines) + "\n"
+
+
+def _save(stem: Path, report: dict) -> None:
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
+    stem.with_suffix(".md").write_text(markdown(report))
 
 
 def _sort(rows: list[dict]) -> list[dict]:
@@ -381,27 +339,18 @@ def report_model(name: str, args, out: Path) -> dict:
     import tvm_rtask.models as zoo
     from tvm_rtask import frontend
 
-    sys.path.insert(0, str(HERE))
-    from harness import device_name, one_line
-
     gpu = args.target == "cuda"
-    target = _target(args.target)
+    target = make_target(args.target)
     dev = tvm.cuda(0) if gpu else tvm.cpu()
     mod = frontend.load(zoo.onnx_model(name, reduced=args.reduced))
     unscheduled, scheduled = operator_modules(mod, target)
     ops = distinct_operators(unscheduled)
     if args.max_ops:
         ops = ops[: args.max_ops]
-    report = {
-        "model": name,
-        "reduced": args.reduced,
-        "target": str(target),
-        "device": device_name(args.target, 1) if gpu else "cpu",
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "rkernel_method": RKERNEL_METHOD,
-        "operators": [],
-        "not_reached": [],
-    }
+    device = device_name(args.target, 1) if gpu else "cpu"
+    report = {"model": name, "reduced": args.reduced, "target": str(target), "device": device}
+    report["date"] = datetime.datetime.now().isoformat(timespec="seconds")
+    report.update(rkernel_method=RKERNEL_METHOD, operators=[], not_reached=[])
     stem = out / f"kernel_report-{name}"
     for op in ops:
         if time.time() > args.deadline_at:
@@ -409,9 +358,8 @@ def report_model(name: str, args, out: Path) -> dict:
             continue
         row = {"name": op["name"], "uses": op["uses"], "shapes": _buffers(op["func"])}
         try:
-            row["tvm_kernel_ms"] = tvm_kernel_time(op, scheduled, target, dev, args.repeat)[
-                "median_ms"
-            ]
+            kernel = tvm_kernel_time(op, scheduled, target, dev, args.repeat)
+            row["tvm_kernel_ms"] = kernel["median_ms"]
             row["tvm_vm_ms"] = tvm_vm_time(op, target, dev, args.repeat)["median_ms"]
         except Exception as err:
             row["error"] = f"TVM build failed: {one_line(err)}"
@@ -436,15 +384,11 @@ def report_model(name: str, args, out: Path) -> dict:
         if row.get("torch_ms") is not None and row.get("tvm_kernel_ms"):
             row["torch_over_tvm_kernel"] = row["torch_ms"] / row["tvm_kernel_ms"]
         report["operators"] = _sort([*report["operators"], row])
-        stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
-        stem.with_suffix(".md").write_text(markdown(report))
-        print(
-            f"{name:12s} {op['name'][:40]:40s} tvm {_fmt(row.get('tvm_kernel_ms'))} ms, "
-            f"rkernel {_fmt(row.get('rkernel_ms'))} ms, torch {_fmt(row.get('torch_ms'))} ms",
-            flush=True,
-        )
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
-    stem.with_suffix(".md").write_text(markdown(report))
+        _save(stem, report)
+        print(f"{name:12s} {op['name'][:40]:40s} tvm {_fmt(row.get('tvm_kernel_ms'))} ms, "
+              f"rkernel {_fmt(row.get('rkernel_ms'))} ms, torch {_fmt(row.get('torch_ms'))} ms",
+              flush=True)  # fmt: skip
+    _save(stem, report)
     if report["not_reached"]:
         print(f"NOT REACHED ({name}): {len(report['not_reached'])} operator(s)", flush=True)
     return report
@@ -452,13 +396,14 @@ def report_model(name: str, args, out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["squeezenet"])
-    parser.add_argument("--target", choices=["llvm", "cuda"], default="llvm")
-    parser.add_argument("--reduced", action="store_true")
-    parser.add_argument("--repeat", type=int, default=20, help="time_evaluator repeats")
-    parser.add_argument("--max-ops", type=int, default=0, help="only the first N operators")
-    parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument("--deadline-at", type=float, default=float("inf"))
+    add = parser.add_argument
+    add("--models", nargs="+", default=["squeezenet"])
+    add("--target", choices=["llvm", "cuda"], default="llvm")
+    add("--reduced", action="store_true")
+    add("--repeat", type=int, default=20, help="time_evaluator repeats")
+    add("--max-ops", type=int, default=0, help="only the first N operators")
+    add("--out", default=str(RESULTS))
+    add("--deadline-at", type=float, default=float("inf"))
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,11 +3,11 @@ files (issue 28's done-when): one row per model, tvm-rtask's best policy over ON
 the geometric mean over all models and over the issue's first nine, and the models slower than
 PyTorch eager.
 
-    python bench/real_set_summary.py bench/results/<date>-cpu-peers-real-2t.json \\
+    python -m bench real-set bench/results/<date>-cpu-peers-real-2t.json \\
         --torch bench/results/2026-11-26-torch-eager-real-2t.json --out SUMMARY.md
 
-``cpu_peers.py`` writes the first file; ``torch_eager_peers.py`` (run where torch is
-installed) the second. Nothing here measures: it only reads.
+``python -m bench peers`` writes the first file; ``python -m bench torch-eager`` (run where
+torch is installed) the second. Nothing here measures: it only reads.
 """
 
 from __future__ import annotations
@@ -18,17 +18,8 @@ import math
 from pathlib import Path
 
 # the classifiers issue 28 lists first, in its order (its geomean is over these)
-FIRST_NINE = [
-    "resnet18",
-    "mobilenet_v2",
-    "squeezenet1_1",
-    "googlenet",
-    "shufflenet_v2_x1_0",
-    "densenet121",
-    "mnasnet0_5",
-    "inception_v3",
-    "resnext50_32x4d",
-]
+FIRST_NINE = ["resnet18", "mobilenet_v2", "squeezenet1_1", "googlenet", "shufflenet_v2_x1_0",
+              "densenet121", "mnasnet0_5", "inception_v3", "resnext50_32x4d"]  # fmt: skip
 RTASK = ("rtask_sequential", "rtask_wavefront")
 COLUMNS = [
     ("onnxruntime", "ONNX Runtime ms"),
@@ -56,16 +47,10 @@ def summarize(peers: dict, torch: dict | None = None) -> dict:
         rtask = {k: ms[k] for k in RTASK if k in ms}
         best = min(rtask, key=rtask.get) if rtask else None
         ort = ms.get("onnxruntime")
-        rows.append(
-            {
-                "model": model,
-                "ms": ms,
-                "best": best,
-                "ratio": ms[best] / ort if best and ort else None,
-                "slower_than_eager": bool(best and "torch_eager" in ms)
-                and ms[best] > ms["torch_eager"],
-            }
-        )
+        slower = bool(best and "torch_eager" in ms) and ms[best] > ms["torch_eager"]
+        ratio = ms[best] / ort if best and ort else None
+        row = {"model": model, "ms": ms, "best": best, "ratio": ratio}
+        rows.append(row | {"slower_than_eager": slower})
     ratios = {r["model"]: r["ratio"] for r in rows if r["ratio"]}
     return {
         "rows": rows,
@@ -76,12 +61,10 @@ def summarize(peers: dict, torch: dict | None = None) -> dict:
 
 
 def markdown(summary: dict, peers: dict, sources: list[str]) -> str:
-    head = (
-        f"CPU {peers.get('cpu')}, {peers.get('threads')} threads for every runtime, batch 1, "
-        f"full size, each runtime warm in its own process; `{peers.get('command')}` "
-        f"(commit {peers.get('commit', '?')}). Medians in ms; last column: tvm-rtask's faster "
-        f"policy over ONNX Runtime. From {', '.join(f'`{s}`' for s in sources)}."
-    )
+    head = (f"CPU {peers.get('cpu')}, {peers.get('threads')} threads for every runtime, batch 1, "
+            f"full size, each runtime warm in its own process; `{peers.get('command')}` "
+            f"(commit {peers.get('commit', '?')}). Medians in ms; last column: tvm-rtask's faster "
+            f"policy over ONNX Runtime. From {', '.join(f'`{s}`' for s in sources)}.")  # fmt: skip
     lines = [head, ""]
     lines.append("| model | " + " | ".join(t for _, t in COLUMNS) + " | best tvm-rtask / ORT |")
     lines.append("|---|" + "---:|" * (len(COLUMNS) + 1))
@@ -98,18 +81,16 @@ def markdown(summary: dict, peers: dict, sources: list[str]) -> str:
         eager = f"Slower than PyTorch eager: {summary['slower_than_eager'] or 'none'}."
     else:
         eager = "PyTorch eager: not in these files."
-    lines.append(
-        f"Geometric mean of best tvm-rtask / ONNX Runtime: {fmt(summary['geomean_all'])} over "
-        f"all {len(summary['rows'])}, {fmt(summary['geomean_first_nine'])} over the issue's "
-        f"first nine. {eager}"
-    )
+    lines.append(f"Geometric mean of best tvm-rtask / ONNX Runtime: {fmt(summary['geomean_all'])} "
+                 f"over all {len(summary['rows'])}, {fmt(summary['geomean_first_nine'])} over the "
+                 f"issue's first nine. {eager}")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("peers", help="a bench/cpu_peers.py results file")
-    parser.add_argument("--torch", help="a bench/torch_eager_peers.py results file")
+    parser.add_argument("peers", help="a results file of python -m bench peers")
+    parser.add_argument("--torch", help="one of python -m bench torch-eager")
     parser.add_argument("--out", help="write the Markdown here (default: print it)")
     args = parser.parse_args(argv)
     peers = json.loads(Path(args.peers).read_text())

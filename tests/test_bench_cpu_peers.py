@@ -1,20 +1,16 @@
-"""bench/cpu_peers.py and tvm_rtask/testing/peers.py: the parts that time nothing (statistics,
+"""bench/peers.py (``python -m bench peers``): the parts that time nothing (statistics,
 the timing loop's bounds, contention, errors, records of failures and skips, the tables), and
 one worker on a tiny model in its own process."""
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tvm_rtask.testing import peers
+from bench import peers
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import cpu_peers  # noqa: E402
 
 
 def test_stats_are_median_p10_p90_and_n():
@@ -63,15 +59,15 @@ def test_worker_env_sizes_every_pool():
 
 
 def test_arguments_and_default_path():
-    args = cpu_peers.parse_args([])
+    args = peers.parse_args([])
     assert args.threads == peers.default_threads() and args.models == peers.DEFAULT_MODELS
     assert args.runtimes == peers.DEFAULT_RUNTIMES and args.repeat >= peers.MIN_SAMPLES
-    smoke = cpu_peers.parse_args(["--smoke", "--threads", "1", "--models", "squeezenet"])
-    assert smoke.repeat == cpu_peers.SMOKE["repeat"] and smoke.threads == 1
-    path = cpu_peers.default_path(1, True, "2026-01-02")
+    smoke = peers.parse_args(["--smoke", "--threads", "1", "--models", "squeezenet"])
+    assert smoke.repeat == peers.SMOKE["repeat"] and smoke.threads == 1 and not smoke.worker
+    path = peers.default_path(1, True, "2026-01-02")
     assert path == ROOT / "bench" / "results" / "2026-01-02-cpu-peers-1t-smoke.json"
     with pytest.raises(SystemExit):
-        cpu_peers.parse_args(["--threads", "0"])
+        peers.parse_args(["--threads", "0"])
 
 
 def _spec(tmp_path, runtime, model="m.onnx"):
@@ -117,7 +113,7 @@ def test_markdown_renders_every_kind_of_record():
         return {"median_ms": ms, "p10_ms": ms - 1, "p90_ms": ms + 1, "n": 10, "compile_s": 2.0}
 
     results = {
-        "command": "python bench/cpu_peers.py",
+        "command": "python -m bench peers",
         "date": "2026-01-02T03:04:05",
         "threads": 2,
         "cpu": "Some CPU",
@@ -159,9 +155,8 @@ def test_model_names_pick_their_kind():
     for bad in ("foo:bar", "no_such_model"):
         with pytest.raises(SystemExit):
             peers.load_model(bad)
-    if peers._real_loader() is not None:  # the torchvision architectures, where present
-        real = peers.load_model("real:resnet18", size="reduced")
-        assert real.graph.input[0].name == "input"
+    real = peers.load_model("real:resnet18", size="reduced")  # torchvision's architecture
+    assert real.graph.input[0].name == "input"
 
 
 def test_a_checkout_changed_during_the_run_is_flagged(monkeypatch):

@@ -1,5 +1,6 @@
-"""The benchmark kit on the CPU: harness records (incremental, resume, failures, timeouts),
-the pytest plugin of the GPU kit, the kit's dry run, the kernel report, tables and plots.
+"""The benchmark kit on the CPU (``python -m bench latency``, ``gpu-check``, ``kernels``): harness
+records (incremental, resume, failures, timeouts), the pytest plugin of the GPU kit, the kit's
+dry run, the kernel report, tables and plots.
 
 Failures and hangs are injected through the harness's test-only configurations
 (``test_fail``, ``test_hang``, ...; enabled by ``TVM_RTASK_BENCH_TEST_CONFIGS``), which
@@ -16,24 +17,20 @@ from pathlib import Path
 
 import pytest
 
+from bench import harness, kernel_report
+from bench import records as plot
+
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench"
-HARNESS = BENCH / "harness.py"
-sys.path.insert(0, str(BENCH))
-
-import harness  # noqa: E402
-import plot  # noqa: E402
-
 TEST_ENV = {**os.environ, harness.TEST_CONFIGS_ENV: "1"}
 
 
-def _harness(tmp_path, *argv, results="r.jsonl", wait=True, **kw):
-    cmd = [sys.executable, str(HARNESS), "--smoke", "--models", "lstm_tc", "--no-plot"]
+def _harness(tmp_path, *argv, results="r.jsonl", wait=True):
+    cmd = [sys.executable, "-m", "bench", "latency", "--smoke", "--models", "lstm_tc", "--no-plot"]
     cmd += ["--out-dir", str(tmp_path), "--results", str(tmp_path / results)]
     cmd += ["--cache-dir", str(tmp_path / "cache"), *argv]
     if not wait:
-        return subprocess.Popen(cmd, env=TEST_ENV, stdout=subprocess.PIPE, text=True, **kw)
-    return subprocess.run(cmd, env=TEST_ENV, capture_output=True, text=True, timeout=300, **kw)
+        return subprocess.Popen(cmd, env=TEST_ENV, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, env=TEST_ENV, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def _results(path) -> dict:
@@ -264,14 +261,14 @@ def test_pytest_plugin_records_reasons_resumes_and_keeps_the_deadline(tmp_path):
     jsonl = tmp_path / "tests.jsonl"
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "RTASK_TESTS_JSONL": str(jsonl),
         "RTASK_TESTS_DEADLINE": str(time.time() + 8),
         "RTASK_TESTS_MIN_S": "3",
     }
-    cmd = [sys.executable, "-m", "pytest", "-p", "gpu_pytest_plugin", "-p", "no:cacheprovider"]
-    cmd += ["-q", "-c", os.devnull, "--rootdir", str(tmp_path), "--continue-on-collection-errors"]
-    cmd.append(str(tmp_path))
+    cmd = [sys.executable, "-m", "pytest", "-p", "bench.gpu_pytest_plugin", "-p"]
+    cmd += ["no:cacheprovider", "-q", "-c", os.devnull, "--rootdir", str(tmp_path)]
+    cmd += ["--continue-on-collection-errors", str(tmp_path)]
     subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, timeout=120)
     recs = {r["nodeid"].split("::")[-1]: r for r in map(json.loads, jsonl.open())}
     assert recs["test_broken.py"]["outcome"] == "collection_error"
@@ -288,7 +285,7 @@ def test_pytest_plugin_records_reasons_resumes_and_keeps_the_deadline(tmp_path):
     assert recs["test_d_slow"]["outcome"] == "cut" and "Timeout" in recs["test_d_slow"]["reason"]
     assert recs["test_e_late"]["outcome"] == "not_reached"
     assert "one is not two" in (tmp_path / "tests-failures.log").read_text()
-    from gpu_pytest_plugin import recorded_nodeids
+    from bench.gpu_pytest_plugin import recorded_nodeids
 
     done = recorded_nodeids(str(jsonl))
     assert len(done) == 3 and not any("test_e_late" in n or "test_d_slow" in n for n in done)
@@ -307,18 +304,14 @@ def test_pytest_plugin_records_reasons_resumes_and_keeps_the_deadline(tmp_path):
 
 
 def test_gpu_kit_dry_run_says_the_gpu_is_absent_and_resumes(tmp_path):
-    """Two calls as on the GPU machine: each gets an empty $OUT, the state folder on the
-    machine's disk carries the records from one call to the next."""
-    import kernel_report
+    """Two calls of ``gpu-check`` as on the GPU machine: each gets an empty $OUT, the state
+    folder on the machine's disk carries the test records from one call to the next."""
 
     def kit(out, *more):
-        cmd = [sys.executable, str(BENCH / "gpu_check.py"), "--smoke", "--configs", "tvm_default"]
-        cmd += ["--kernel-models", "lstm_tc", "--kernel-args=--max-ops 2", "--workers", "1"]
-        cmd += ["--cache-dir", str(tmp_path / "cache"), "--state-dir", str(tmp_path / "state")]
+        cmd = [sys.executable, "-m", "bench", "gpu-check", "--workers", "1", "--deadline", "240"]
+        cmd += ["--state-dir", str(tmp_path / "state"), *more]
         env = {**os.environ, "OUT": str(out)}
-        run = subprocess.run(
-            [*cmd, "--deadline", "240", *more], env=env, capture_output=True, text=True, timeout=300
-        )
+        run = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         return run.stdout
 
@@ -331,9 +324,23 @@ def test_gpu_kit_dry_run_says_the_gpu_is_absent_and_resumes(tmp_path):
     assert "GPU ABSENT" in (out / "summary.md").read_text()
     tests = [json.loads(line) for line in (out / "tests.jsonl").open()]
     assert tests and all(t["outcome"] == "skipped" for t in tests)
-    assert summary["bench_ok"] == 1 and (out / "bench.md").exists()
-    # The kernel report: TVM's kernel, the rKernel (or why not), torch (or why not).
-    report = json.loads((out / "kernels" / "kernel_report-lstm_tc.json").read_text())
+    # Second call, new empty $OUT: every test recorded is skipped, and this $OUT holds the
+    # records of both calls (the flags of the kit's old benchmark phase are still accepted).
+    again = tmp_path / "out2"
+    stdout = kit(again, "--skip-bench", "--skip-kernels")
+    assert f"resuming: tests.jsonl copied from {tmp_path / 'state'}" in stdout
+    assert f"tests: {len(tests)} recorded before" in stdout
+    assert (again / "tests.jsonl").read_text() == (out / "tests.jsonl").read_text()
+
+
+def test_kernel_report_times_tvm_the_rkernel_and_torch(tmp_path):
+    """``python -m bench kernels`` on the CPU: TVM's kernel, the rKernel (or why not), torch
+    (or why not), rows sorted by the time lost."""
+    cmd = [sys.executable, "-m", "bench", "kernels", "--models", "lstm_tc", "--reduced"]
+    cmd += ["--repeat", "3", "--max-ops", "2", "--out", str(tmp_path)]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads((tmp_path / "kernel_report-lstm_tc.json").read_text())
     assert report["rkernel_method"] == kernel_report.RKERNEL_METHOD
     rows = report["operators"]
     assert len(rows) == 2
@@ -343,22 +350,10 @@ def test_gpu_kit_dry_run_says_the_gpu_is_absent_and_resumes(tmp_path):
         assert row["torch_ms"] is not None or row["torch_note"]
     lost = [r["lost_ms"] for r in rows if r.get("lost_ms") is not None]
     assert lost == sorted(lost, reverse=True)
-    assert "| operator | uses |" in (out / "kernels" / "kernel_report-lstm_tc.md").read_text()
-    # Second call, new empty $OUT: every test and configuration recorded is skipped, and
-    # this $OUT holds the records of both calls.
-    again = tmp_path / "out2"
-    stdout = kit(again, "--skip-kernels")
-    assert "resuming: tests.jsonl, bench.jsonl copied from" in stdout
-    assert f"tests: {len(tests)} recorded before" in stdout
-    assert "1 configuration(s) were recorded by an earlier run and skipped" in stdout
-    assert (again / "tests.jsonl").read_text() == (out / "tests.jsonl").read_text()
-    bench = [r for r in harness.read_records(again / "bench.jsonl") if r.get("type") == "result"]
-    assert [r["config"] for r in bench] == ["tvm_default"]
+    assert "| operator | uses |" in (tmp_path / "kernel_report-lstm_tc.md").read_text()
 
 
 def test_conv_parameters_inferred_from_shapes():
-    import kernel_report
-
     assert kernel_report._conv_params((1, 8, 32, 32), (16, 8, 3, 3), (1, 16, 32, 32)) == (
         (1, 1),
         (1, 1),
@@ -369,7 +364,8 @@ def test_conv_parameters_inferred_from_shapes():
 
 def test_unknown_model_is_a_usage_error(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(HARNESS), "--models", "resnet9000", "--out-dir", tmp_path],
+        [sys.executable, "-m", "bench", "latency", "--models", "resnet9000", "--out-dir", tmp_path],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
@@ -381,11 +377,12 @@ def test_unknown_model_is_a_usage_error(tmp_path):
 def test_tvm_rtask_bench_delegates_to_the_harness(tmp_path):
     from tvm_rtask import cli
 
-    assert cli.find_harness() == HARNESS
-    run = subprocess.run(
+    assert cli.find_harness() == ROOT / "bench" / "harness.py"
+    run = subprocess.run(  # from another directory: the CLI finds the checkout's bench package
         [sys.executable, "-m", "tvm_rtask.cli", "bench", "--smoke", "--models", "lstm_tc"]
         + ["--configs", "test_ok", "--no-plot", "--out-dir", str(tmp_path)],
         env=TEST_ENV,
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,

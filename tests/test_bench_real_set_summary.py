@@ -1,19 +1,15 @@
-"""bench/real_set_summary.py: the real-set table and its geometric means, from results files."""
+"""``python -m bench real-set``: the real-set table and its geometric means, from results files."""
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-from real_set_summary import markdown, summarize  # noqa: E402
+from bench.real_set_summary import markdown, summarize
 
 
 def _peers(times: dict) -> dict:
     return {
         "cpu": "test",
         "threads": 2,
-        "command": "cpu_peers.py",
+        "command": "python -m bench peers",
         "models": {
             model: {"runtimes": {k: {"median_ms": v} for k, v in runtimes.items()}}
             for model, runtimes in times.items()

@@ -1,16 +1,8 @@
-"""bench/gpu_sm_map.py without a GPU: the mapping it reports, and that its kernel builds."""
+"""``python -m bench sm-map`` without a GPU: the mapping it reports, and that its kernel builds."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu_sm_map.py"
-spec = importlib.util.spec_from_file_location("gpu_sm_map", BENCH)
-sm_map = importlib.util.module_from_spec(spec)
-sys.modules["gpu_sm_map"] = sm_map
-spec.loader.exec_module(sm_map)
+from bench import gpu_sm_map as sm_map
 
 
 def test_round_robin_and_consecutive_placements_are_told_apart():

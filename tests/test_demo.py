@@ -16,8 +16,8 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from bench import peers  # noqa: E402
 from tvm_rtask import demo, progress  # noqa: E402
-from tvm_rtask.testing import peers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,8 @@
 The model is the Inception v1 architecture that ships inside the ``onnx`` package, with seeded
 random weights (no download); ``--model`` also takes another light model of ``onnx`` or an
 ``.onnx`` file with static shapes. The demo plans it with the wavefront policy and prints the
-plan's report, then measures it the way a user would (``tvm_rtask/testing/peers.py``, the
-method of ``bench/cpu_peers.py``): every runtime in its own fresh process, on the same number
+plan's report, then measures it the way a user would (``bench/peers.py``, the method of
+``python -m bench peers``): every runtime in its own fresh process, on the same number
 of threads (default: every core), warm, over back-to-back calls: ONNX Runtime (whose outputs
 are the reference), OpenVINO, TVM's default build, tvm-rtask sequential and wavefront, and
 PyTorch eager where torch and onnx2torch are installed. Each is checked against ONNX
@@ -16,7 +16,7 @@ numbers, which runtime is fastest and by how much. Every TVM and tvm-rtask build
 for the same target, by default ``llvm-native`` (LLVM for this machine's CPU, e.g.
 ``mcpu=rocketlake``; ``--target llvm`` is generic x86-64 code, SSE2, several times slower).
 ``--json PATH`` writes the numbers to a file; ``--markdown PATH`` prints the README's tables
-rendered from such a file (or one of ``bench/cpu_peers.py``), and ``--update-readme PATH``
+rendered from such a file (or one of ``python -m bench peers``), and ``--update-readme PATH``
 puts them into README.md.
 """
 
@@ -29,12 +29,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from tvm_rtask.testing import peers
+from bench import peers  # the checkout's benchmark package: run from its root
 
 DEFAULT_TARGET = peers.DEFAULT_TARGET
 # What the demo times; peers.RULES_OFF (tvm-rtask without its CPU schedule rules) on request.
 RUNTIMES = list(peers.DEFAULT_RUNTIMES)
-# Fewer calls than bench/cpu_peers.py: the demo stays within a few minutes on 2 cores.
+# Fewer calls than python -m bench peers: the demo stays within a few minutes on 2 cores.
 WARMUP = 3
 REPEAT = 20
 MAX_SECONDS = 10.0

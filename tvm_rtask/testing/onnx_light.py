@@ -261,7 +261,7 @@ class ReferenceCheck:
     """tvm-rtask's outputs against two references: ONNX Runtime on the CPU (independent, and
     always required) and TVM's own build of the same target (required only where it agrees
     with ONNX Runtime: TVM 0.27's CUDA build of light ShuffleNet is wrong and differs from
-    run to run, docs/gpu.md, third window). The GPU tests assert :attr:`ok`; the GPU window
+    run to run, docs/gpu.md, "What holds now"). The GPU tests assert :attr:`ok`; the GPU window
     records the same fields."""
 
     ort_rel_err: float  # tvm-rtask against ONNX Runtime

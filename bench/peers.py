@@ -1,34 +1,35 @@
-"""CPU latency of tvm-rtask and its peers, each runtime at its best, each in its own process.
+"""CPU latency of tvm-rtask and its peers, each runtime at its best, each in its own process:
+``python -m bench peers`` (``--threads 1``: one thread each; ``--smoke``: a quick check),
+also the method of the demo (``python -m tvm_rtask.demo``).
 
-What ``bench/cpu_peers.py`` and the demo (``python -m tvm_rtask.demo``) measure, and how the
-README's "Numbers" table is rendered from the results.
+Models (``--models``): the light models of the onnx package (default ``inception_v1`` and
+``squeezenet``), torchvision's architectures of ``tvm_rtask.models.real`` (``--size``), the zoo
+of ``tvm_rtask.models``, looked up in that order (``light:``, ``real:``, ``zoo:`` in front of a
+name picks one), or ``.onnx`` files; every weight seeded.
 
-Method (what a user measures): for every model and runtime, one fresh subprocess
-(``python -m tvm_rtask.testing.peers --worker SPEC``), so that no other runtime's threads are
-alive in the process. Every runtime gets the same number of threads. The worker loads the
-model (seeded weights: every process builds the same one), builds the runtime (compile time
-recorded), checks its outputs against ONNX Runtime's (relative error; a wrong result is
-recorded and not timed), warms up, then times ``repeat`` calls back to back (at least
-:data:`MIN_SAMPLES`; fewer than ``repeat`` only once ``max_seconds`` have passed) and
-reports the median, p10, p90 and N. While it times, it records how busy the machine was
-with other work (:func:`cpu_sample`).
+Method: for every model and runtime one fresh subprocess (``python -m bench.peers --worker
+SPEC``), so that no other runtime's threads are alive in it; every runtime on the same number
+of threads. The worker builds the runtime (compile time recorded), checks its outputs against
+ONNX Runtime's (a wrong result is recorded, not timed), warms up, then times ``repeat`` calls
+back to back (at least :data:`MIN_SAMPLES`; fewer only after ``max_seconds``): median, p10,
+p90, N, and how busy the machine was meanwhile (:func:`cpu_sample`). Runtimes
+(:data:`RUNTIMES`): ONNX Runtime (its latency settings; the reference, run first), OpenVINO
+(``PERFORMANCE_HINT: LATENCY``, f32), TVM's default build, tvm-rtask sequential and
+wavefront, PyTorch eager through onnx2torch where installed; every TVM and tvm-rtask build
+for the same target, by default ``llvm-native`` (plain ``llvm`` is SSE2 code).
 
-Runtimes (:data:`RUNTIMES`): ONNX Runtime (CPUExecutionProvider with its latency settings;
-the reference, run first), TVM's default build (``tvm.compile``), tvm-rtask sequential and
-wavefront (``tvm_rtask.compile``), OpenVINO (``PERFORMANCE_HINT: LATENCY``, f32), PyTorch
-eager through onnx2torch (only where both are installed; otherwise a ``skipped`` record).
-Every TVM and tvm-rtask build is compiled for the same target, by default ``llvm-native``
-(LLVM for this machine's CPU; plain ``llvm`` is portable SSE2 code, several times slower).
+Writes ``bench/results/<date>-cpu-peers-<threads>t[-smoke].json`` and a ``.md`` beside it (the
+README's tables: ``python -m tvm_rtask.demo --update-readme FILE`` puts them into README.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import inspect
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .onnx_light import max_relative_error
+from bench import RESULTS, ROOT
+from tvm_rtask.testing.onnx_light import max_relative_error
 
 # name -> label; the running order (ONNX Runtime first: it writes the reference outputs).
 RUNTIMES = {
@@ -64,6 +66,7 @@ MIN_SAMPLES = 10
 # Other work on the machine while timing, in cores, above which the results carry a warning.
 BUSY_CORES = 0.2
 WORKER_TIMEOUT_S = 1800
+SMOKE = {"warmup": 2, "repeat": 10, "max_seconds": 3.0}
 
 
 def label(name: str) -> str:
@@ -82,19 +85,13 @@ def default_threads() -> int:
 def stats(samples_ms: list[float]) -> dict:
     """Median, p10, p90, min, mean and N of latencies in milliseconds."""
     p10, p50, p90 = np.percentile(samples_ms, [10, 50, 90])
-    return {
-        "median_ms": round(float(p50), 4),
-        "p10_ms": round(float(p10), 4),
-        "p90_ms": round(float(p90), 4),
-        "min_ms": round(float(np.min(samples_ms)), 4),
-        "mean_ms": round(float(np.mean(samples_ms)), 4),
-        "n": len(samples_ms),
-    }
+    low, mean = np.min(samples_ms), np.mean(samples_ms)
+    values = {"median_ms": p50, "p10_ms": p10, "p90_ms": p90, "min_ms": low, "mean_ms": mean}
+    return {k: round(float(v), 4) for k, v in values.items()} | {"n": len(samples_ms)}
 
 
-def time_calls(
-    fn, warmup: int, repeat: int, max_seconds: float | None = None, min_samples: int = MIN_SAMPLES
-) -> list[float]:
+def time_calls(fn, warmup: int, repeat: int, max_seconds: float | None = None,
+               min_samples: int = MIN_SAMPLES) -> list[float]:  # fmt: skip
     """``warmup`` calls, then back-to-back timed calls: ``repeat`` of them, or fewer (never
     fewer than ``min_samples``) once ``max_seconds`` of timing have passed. Milliseconds."""
     for _ in range(warmup):
@@ -146,12 +143,8 @@ def cpu_sample() -> dict | None:
         for task in os.listdir("/proc/self/task"):
             with open(f"/proc/self/task/{task}/schedstat", encoding="utf-8") as f:
                 waited += int(f.read().split()[1]) / 1e9
-        return {
-            "wall": time.perf_counter(),
-            "busy": busy,
-            "own": times.user + times.system,
-            "waited": waited,
-        }
+        return {"wall": time.perf_counter(), "busy": busy, "own": times.user + times.system,
+                "waited": waited}  # fmt: skip
     except (OSError, ValueError, IndexError, AttributeError):
         return None
 
@@ -181,16 +174,8 @@ def contention(before: dict | None, after: dict | None) -> dict:
 
 
 # the distributions a CPU peers record names the versions of
-PEER_DISTRIBUTIONS = (
-    "apache-tvm",
-    "tvm-rtask",
-    "numpy",
-    "onnx",
-    "onnxruntime",
-    "openvino",
-    "torch",
-    "onnx2torch",
-)
+PEER_DISTRIBUTIONS = ("apache-tvm", "tvm-rtask", "numpy", "onnx", "onnxruntime", "openvino",
+                      "torch", "onnx2torch")  # fmt: skip
 
 
 def versions(distributions=PEER_DISTRIBUTIONS) -> dict:
@@ -208,14 +193,8 @@ def versions(distributions=PEER_DISTRIBUTIONS) -> dict:
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", *args],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        )
+        cmd = ["git", *args]
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip()
@@ -235,24 +214,14 @@ def source_state() -> str | None:
 
 def environment(threads: int, target: str, command: str) -> dict:
     diff = _git("diff", "--name-only", "HEAD")
-    return {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "command": command,
-        "cpu": cpu_name(),
-        "arch": platform.machine(),
-        "cores": os.cpu_count(),
-        "cores_allowed": default_threads(),
-        "threads": threads,
-        "target": target,
-        "platform": platform.platform(),
-        "host": platform.node(),
-        "nice": os.nice(0),
-        "load_average_start": load_average(),
-        "versions": versions(),
-        "commit": _git("rev-parse", "HEAD") or None,
-        "uncommitted_changes": diff.split() if diff else [] if diff is not None else None,
-        "source_state": source_state(),
-    }
+    env = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": command}
+    env.update(cpu=cpu_name(), arch=platform.machine(), cores=os.cpu_count())
+    env.update(cores_allowed=default_threads(), threads=threads, target=target)
+    env.update(platform=platform.platform(), host=platform.node(), nice=os.nice(0))
+    env.update(load_average_start=load_average(), versions=versions())
+    env["commit"] = _git("rev-parse", "HEAD") or None
+    env["uncommitted_changes"] = diff.split() if diff else [] if diff is not None else None
+    return env | {"source_state": source_state()}
 
 
 def target_label(target) -> str:
@@ -262,28 +231,13 @@ def target_label(target) -> str:
 
 
 # -- models ----------------------------------------------------------------------------------
-def _real_loader():
-    """``load_real_model`` of the real-model loader (torchvision's architectures), where one
-    exists in this checkout."""
-    import importlib
-
-    for module in ("tvm_rtask.models.real", "tvm_rtask.testing.real_models"):
-        try:
-            loader = getattr(importlib.import_module(module), "load_real_model", None)
-        except ImportError:
-            continue
-        if loader is not None:
-            return loader
-    return None
-
-
 KINDS = ("light", "real", "zoo")
 
 
 def load_model(name: str, seed: int = 0, size: str | None = None):
     """An ``onnx.ModelProto`` with seeded weights: a light model of the onnx package
-    (``inception_v1``, ``squeezenet``, ...), a real architecture of the real-model loader
-    (``load_real_model(name, size, seed)``, where that module exists; ``size``: its
+    (``inception_v1``, ``squeezenet``, ...), a real architecture of
+    ``tvm_rtask.models.real`` (``load_real_model(name, size, seed)``; ``size``: its
     ``"reduced"`` or ``"full"``), a model of the zoo (``tvm_rtask.models``), looked up in
     that order, or an ``.onnx`` file. ``light:``, ``real:`` or ``zoo:`` in front of a name
     picks the kind (``real:resnet50``: torchvision's, not the light one)."""
@@ -294,25 +248,13 @@ def load_model(name: str, seed: int = 0, size: str | None = None):
     kind, _, bare = name.rpartition(":")
     if kind and kind not in KINDS:
         raise SystemExit(f"unknown model kind {kind!r} in {name!r}: one of {', '.join(KINDS)}")
+    from tvm_rtask.models.real import REAL_MODELS, load_real_model
     from tvm_rtask.testing.onnx_light import LIGHT_MODELS, load_light_model
 
     if kind in ("", "light") and bare in LIGHT_MODELS:
         return load_light_model(bare, seed=seed)
-    loader = _real_loader() if kind in ("", "real") else None
-    if loader is not None:
-        params = inspect.signature(loader).parameters
-        kwargs = {"seed": seed} if "seed" in params else {}
-        if size is not None and "size" in params:
-            kwargs["size"] = size
-        try:
-            model = loader(bare, **kwargs)
-        except (KeyError, LookupError, ValueError):  # not one of its names (OptionError)
-            if kind == "real":
-                raise
-            model = None
-        if model is not None:
-            model = model[0] if isinstance(model, tuple) else model
-            return onnx.load(model) if isinstance(model, (str, Path)) else model
+    if kind == "real" or (not kind and bare in REAL_MODELS):
+        return load_real_model(bare, **({} if size is None else {"size": size}), seed=seed)
     from tvm_rtask import models
 
     if kind in ("", "zoo") and bare in models.names():
@@ -374,19 +316,12 @@ def _build_onnxruntime(model, feed: dict, threads: int):
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     start = time.perf_counter()
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    cpu = ["CPUExecutionProvider"]
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=cpu)
     setup_s = time.perf_counter() - start
-    info = {
-        "setup_s": round(setup_s, 2),
-        "settings": {
-            "intra_op_num_threads": threads,
-            "inter_op_num_threads": 1,
-            "graph_optimization_level": "ORT_ENABLE_ALL",
-            "execution_mode": "ORT_SEQUENTIAL",
-        },
-    }
+    settings = {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
+    settings.update(graph_optimization_level="ORT_ENABLE_ALL", execution_mode="ORT_SEQUENTIAL")
+    info = {"setup_s": round(setup_s, 2), "settings": settings}
     return (lambda: session.run(None, feed)), list, info
 
 
@@ -395,12 +330,9 @@ def _build_openvino(model, feed: dict, threads: int):
         import openvino as ov
     except ImportError as err:
         raise Skipped("openvino not installed") from err
-    config = {
-        "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_NUM_THREADS": threads,
-        # f32 like every other runtime here (on CPUs with bf16 or AMX it would default to bf16)
-        "INFERENCE_PRECISION_HINT": "f32",
-    }
+    # f32 like every other runtime here (on CPUs with bf16 or AMX it would default to bf16)
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
+    config["INFERENCE_PRECISION_HINT"] = "f32"
     core = ov.Core()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
@@ -454,13 +386,11 @@ def build(name: str, model, feed: dict, threads: int, target):
     """``(call, outputs_of(call's result) -> list of arrays, info)`` for one runtime."""
     if name in TVM_BUILDS:
         return _build_tvm(name, model, feed, threads, target)
-    if name == "onnxruntime":
-        return _build_onnxruntime(model, feed, threads)
-    if name == "openvino":
-        return _build_openvino(model, feed, threads)
-    if name == "torch_eager":
-        return _build_torch(model, feed, threads)
-    raise ValueError(f"unknown runtime {name!r}")
+    builders = {"onnxruntime": _build_onnxruntime, "openvino": _build_openvino}
+    builder = (builders | {"torch_eager": _build_torch}).get(name)
+    if builder is None:
+        raise ValueError(f"unknown runtime {name!r}")
+    return builder(model, feed, threads)
 
 
 def run_worker(spec: dict) -> dict:
@@ -508,10 +438,8 @@ def run_worker(spec: dict) -> dict:
         return record
     before, load_before = cpu_sample(), load_average()
     samples = time_calls(call, spec["warmup"], spec["repeat"], spec.get("max_seconds"))
-    record.update(stats(samples))
-    record["samples_ms"] = [round(s, 4) for s in samples]
-    record["warmup"] = spec["warmup"]
-    record["load_average"] = [load_before, load_average()]
+    record.update(stats(samples), samples_ms=[round(s, 4) for s in samples])
+    record.update(warmup=spec["warmup"], load_average=[load_before, load_average()])
     record.update(contention(before, cpu_sample()))
     record["os_threads"] = os_threads()  # of this process, while it ran: its runtime's only
     return record
@@ -539,17 +467,13 @@ def run_one(spec: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
         spec = {**spec, "out": str(Path(tmp) / "record.json")}
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        cmd = [sys.executable, "-m", "tvm_rtask.testing.peers", "--worker", str(spec_path)]
+        cmd = [sys.executable, "-m", "bench.peers", "--worker", str(spec_path)]
         base = {"runtime": spec["runtime"], "model": spec["model"], "label": label(spec["runtime"])}
         start = time.perf_counter()
         try:
-            proc = subprocess.run(
-                cmd,
-                env=worker_env(spec["threads"]),
-                capture_output=not spec.get("verbose"),
-                text=True,
-                timeout=timeout,
-            )
+            quiet = not spec.get("verbose")
+            env = worker_env(spec["threads"])
+            proc = subprocess.run(cmd, env=env, capture_output=quiet, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {**base, "error": f"timed out after {timeout:.0f} s"}
         out = Path(spec["out"])
@@ -568,68 +492,36 @@ def describe(record: dict) -> str:
     if "error" in record:
         return f"{head} error: {record['error']}"
     build_s = record.get("compile_s", record.get("setup_s"))
-    return (
-        f"{head} median {record['median_ms']:9.2f} ms (p10 {record['p10_ms']:.2f}, "
-        f"p90 {record['p90_ms']:.2f}, N {record['n']}), rel. error "
-        f"{record['relative_error']:.1e}, build {build_s} s, other work "
-        f"{record.get('other_cores')} cores"
-    )
+    return (f"{head} median {record['median_ms']:9.2f} ms (p10 {record['p10_ms']:.2f}, p90 "
+            f"{record['p90_ms']:.2f}, N {record['n']}), rel. error {record['relative_error']:.1e}, "
+            f"build {build_s} s, other work {record.get('other_cores')} cores")  # fmt: skip
 
 
-def measure(
-    models: list[str],
-    runtimes: list[str],
-    threads: int,
-    target: str = DEFAULT_TARGET,
-    warmup: int = 5,
-    repeat: int = 30,
-    max_seconds: float | None = 20.0,
-    seed: int = 0,
-    size: str | None = None,
-    command: str = "",
-    progress=print,
-    timeout: float = WORKER_TIMEOUT_S,
-    verbose: bool = False,
-) -> dict:
+def measure(models: list[str], runtimes: list[str], threads: int, target: str = DEFAULT_TARGET,
+            warmup: int = 5, repeat: int = 30, max_seconds: float | None = 20.0, seed: int = 0,
+            size: str | None = None, command: str = "", progress=print,
+            timeout: float = WORKER_TIMEOUT_S, verbose: bool = False) -> dict:  # fmt: skip
     """Every runtime on every model, one subprocess each, one after another; the results."""
     results = environment(threads, target, command)
     if any(r in TVM_BUILDS for r in runtimes):
         from tvm_rtask.backend import as_target
 
         results["target_label"] = target_label(as_target(target))
-    results.update(
-        what="median latency of one call, batch 1, each runtime warm, back-to-back calls, in "
-        "its own process",
-        warmup=warmup,
-        repeat=repeat,
-        max_seconds=max_seconds,
-        seed=seed,
-        real_model_size=size,  # of the real (torchvision) models among them, if any
-        weights="seeded random",
-        tolerance=TOLERANCE,
-        models={},
-    )
+    results["what"] = ("median latency of one call, batch 1, each runtime warm, back-to-back "
+                       "calls, in its own process")  # fmt: skip
+    results.update(warmup=warmup, repeat=repeat, max_seconds=max_seconds, seed=seed)
+    # real_model_size: of the real (torchvision) models among them, if any
+    results.update(real_model_size=size, weights="seeded random", tolerance=TOLERANCE, models={})
     order = [r for r in REFERENCES if r in runtimes] + [r for r in runtimes if r not in REFERENCES]
     with tempfile.TemporaryDirectory(prefix="tvm-rtask-peers-") as tmp:
         for model in models:
             reference = Path(tmp) / f"{Path(model).stem}-reference.npz"
             records = {}
             for runtime in order:
-                spec = {
-                    "runtime": runtime,
-                    "model": model,
-                    "seed": seed,
-                    "size": size,
-                    "threads": threads,
-                    "target": target,
-                    "warmup": warmup,
-                    "repeat": repeat,
-                    "max_seconds": max_seconds,
-                    "reference": str(reference),
-                    "write_reference": runtime in REFERENCES,
-                    "tolerance": TOLERANCE,
-                    "verbose": verbose,
-                }
+                spec = {"runtime": runtime, "model": model, "seed": seed, "size": size}
+                spec.update(threads=threads, target=target, warmup=warmup, repeat=repeat)
+                spec.update(max_seconds=max_seconds, reference=str(reference), verbose=verbose)
+                spec.update(write_reference=runtime in REFERENCES, tolerance=TOLERANCE)
                 record = run_one(spec, timeout)
                 if record.get("reference"):
                     results["models"].setdefault(model, {})["reference"] = runtime
@@ -658,15 +550,10 @@ def timed(runtimes: dict) -> dict:
 
 
 # How the sentences name each runtime.
-SHORT = {
-    "onnxruntime": "ONNX Runtime",
-    "openvino": "OpenVINO",
-    "torch_eager": "PyTorch eager",
-    "tvm_default": "TVM's default build",
-    "rtask_sequential": "tvm-rtask sequential",
-    "rtask_wavefront": "tvm-rtask wavefront",
-    RULES_OFF: "tvm-rtask sequential without the CPU rules",
-}
+SHORT = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO", "torch_eager": "PyTorch eager",
+         "tvm_default": "TVM's default build", "rtask_sequential": "tvm-rtask sequential",
+         "rtask_wavefront": "tvm-rtask wavefront",
+         RULES_OFF: "tvm-rtask sequential without the CPU rules"}  # fmt: skip
 
 
 def _threads(n: int) -> str:
@@ -690,10 +577,8 @@ def summary(model: str, entry: dict, threads: int) -> str:
     sentences = []
     if ms:
         fastest = min(ms, key=ms.get)
-        sentences.append(
-            f"{model}, {_threads(threads)}: the fastest is {SHORT.get(fastest, fastest)} "
-            f"({_ms(ms[fastest])} ms)."
-        )
+        name, took = SHORT.get(fastest, fastest), _ms(ms[fastest])
+        sentences.append(f"{model}, {_threads(threads)}: the fastest is {name} ({took} ms).")
     else:
         sentences.append(f"{model}: nothing was timed.")
     rtask = [n for n in ms if n in RTASK and n != RULES_OFF]
@@ -703,29 +588,21 @@ def summary(model: str, entry: dict, threads: int) -> str:
         peers = [p for p in ("onnxruntime", "openvino", "torch_eager") if p in ms]
         others = [f"{relation(ms[best], ms[p])} {SHORT[p]} ({_ms(ms[p])} ms)" for p in peers]
         if "tvm_default" in ms:
-            others.append(
-                f"{relation(ms[best], ms['tvm_default'])} TVM's default build "
-                f"({_ms(ms['tvm_default'])} ms, unscheduled operators, same target)"
-            )
+            tvm = ms["tvm_default"]
+            others.append(f"{relation(ms[best], tvm)} TVM's default build ({_ms(tvm)} ms, "
+                          "unscheduled operators, same target)")  # fmt: skip
         if others:
-            sentences.append(
-                f"{head} "
-                + ", ".join(others[:-1])
-                + (" and " if others[:-1] else "")
-                + others[-1]
-                + "."
-            )
+            joined = ", ".join(others[:-1]) + (" and " if others[:-1] else "") + others[-1]
+            sentences.append(f"{head} {joined}.")
         if RULES_OFF in ms and "rtask_sequential" in ms:
-            sentences.append(
-                f"Without the CPU schedule rules (threads only), tvm-rtask sequential takes "
-                f"{_ms(ms[RULES_OFF])} ms: the rules make it "
-                f"{relation(ms['rtask_sequential'], ms[RULES_OFF])} that."
-            )
+            off = ms[RULES_OFF]
+            sentences.append("Without the CPU schedule rules (threads only), tvm-rtask sequential "
+                             f"takes {_ms(off)} ms: the rules make it "
+                             f"{relation(ms['rtask_sequential'], off)} that.")  # fmt: skip
         if "rtask_sequential" in ms and "rtask_wavefront" in ms:
-            sentences.append(
-                f"Wavefront packing is {relation(ms['rtask_wavefront'], ms['rtask_sequential'])}"
-                " sequential (one operator per launch)."
-            )
+            packing = relation(ms["rtask_wavefront"], ms["rtask_sequential"])
+            one = "one operator per launch"
+            sentences.append(f"Wavefront packing is {packing} sequential ({one}).")
     for n, r in runs.items():
         if "skipped" in r:
             sentences.append(f"{SHORT.get(n, n)}: skipped ({r['skipped']}).")
@@ -735,19 +612,13 @@ def summary(model: str, entry: dict, threads: int) -> str:
 
 
 def busy_note(results: dict) -> str | None:
-    worst = [
-        r.get("other_cores")
-        for entry in results["models"].values()
-        for r in entry["runtimes"].values()
-        if r.get("other_cores") is not None
-    ]
+    runs = [r for entry in results["models"].values() for r in entry["runtimes"].values()]
+    worst = [r.get("other_cores") for r in runs if r.get("other_cores") is not None]
     if not worst or max(worst) < BUSY_CORES:
         return None
-    return (
-        f"other processes kept up to {max(worst):.2f} cores busy while a runtime was being "
-        f"timed: these numbers are slower than on a quiet machine, and not a measurement to "
-        f"publish"
-    )
+    return (f"other processes kept up to {max(worst):.2f} cores busy while a runtime was being "
+            "timed: these numbers are slower than on a quiet machine, and not a measurement to "
+            "publish")  # fmt: skip
 
 
 def cell(record: dict, base: float | None) -> str:
@@ -771,10 +642,7 @@ def markdown(results: dict, source: str) -> str:
     smoke = results.get("smoke")
     lines = []
     if smoke:
-        lines += [
-            f"**Smoke run, not a measurement**: {smoke}",
-            "",
-        ]
+        lines += [f"**Smoke run, not a measurement**: {smoke}", ""]
     if results.get("source_changed_during_run"):
         lines += ["**The checkout changed during this run: not a measurement of one commit.**", ""]
     lines += [
@@ -813,34 +681,83 @@ def _resolved(results: dict) -> str:
 def compile_table(results: dict) -> str:
     """Compile (TVM, tvm-rtask) and set-up (ONNX Runtime session, OpenVINO compile_model)
     seconds per model."""
-    cols = [
-        n
-        for n in (*TVM_BUILDS, "onnxruntime", "openvino", "torch_eager")
-        if any(n in e["runtimes"] for e in results["models"].values())
-    ]
-    lines = [
-        "Build time in seconds (TVM and tvm-rtask: compile of the imported module; ONNX Runtime,"
-        " OpenVINO, PyTorch: session creation, model compilation, conversion), in the same "
-        "processes:",
-        "",
-        "| model | " + " | ".join(label(c) for c in cols) + " |",
-        "|---|" + "---:|" * len(cols),
-    ]
+    names = (*TVM_BUILDS, "onnxruntime", "openvino", "torch_eager")
+    cols = [n for n in names if any(n in e["runtimes"] for e in results["models"].values())]
+    lines = ["Build time in seconds (TVM and tvm-rtask: compile of the imported module; ONNX "
+             "Runtime, OpenVINO, PyTorch: session creation, model compilation, conversion), in "
+             "the same processes:", ""]  # fmt: skip
+    lines += ["| model | " + " | ".join(map(label, cols)) + " |", "|---|" + "---:|" * len(cols)]
     for model, entry in results["models"].items():
-        cells = []
-        for c in cols:
-            r = entry["runtimes"].get(c, {})
-            value = r.get("compile_s", r.get("setup_s"))
-            cells.append("" if value is None else f"{value:.1f}")
+        values = [entry["runtimes"].get(c, {}) for c in cols]
+        values = [r.get("compile_s", r.get("setup_s")) for r in values]
+        cells = ["" if value is None else f"{value:.1f}" for value in values]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="a worker of bench/cpu_peers.py")
-    parser.add_argument("--worker", required=True, metavar="SPEC")
+# -- the command -----------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--models", nargs="+", default=DEFAULT_MODELS,
+        help="light models of onnx (inception_v1, squeezenet, ...), real or zoo models, or "
+        ".onnx files")  # fmt: skip
+    add("--runtimes", nargs="+", default=DEFAULT_RUNTIMES,
+        choices=[*RUNTIMES, *OPTIONAL])  # fmt: skip
+    add("--threads", type=int, default=default_threads(),
+        help="threads of every runtime (default: every core of this machine)")  # fmt: skip
+    add("--target", default=DEFAULT_TARGET, help="of TVM and tvm-rtask")
+    add("--warmup", type=int, default=5)
+    add("--repeat", type=int, default=50, help="timed calls per runtime")
+    add("--max-seconds", type=float, default=30.0, help="stop timing a runtime after this "
+        f"long (never under {MIN_SAMPLES} calls)")  # fmt: skip
+    add("--seed", type=int, default=0, help="of the weights")
+    add("--size", default="full", help="of the real (torchvision) models: full (224x224, "
+        "what a user runs) or reduced")  # fmt: skip
+    add("--smoke", action="store_true", help=f"few calls ({SMOKE}): a check")
+    add("--json", help="results file (default under bench/results/)")
+    add("--timeout", type=float, default=WORKER_TIMEOUT_S)
+    add("--worker", metavar="SPEC", help=argparse.SUPPRESS)  # one runtime, in its own process
     args = parser.parse_args(argv)
-    return worker_main(args.worker)
+    if args.smoke:
+        for key, value in SMOKE.items():
+            setattr(args, key, value)
+    if args.threads < 1:
+        parser.error("--threads must be at least 1")
+    return args
+
+
+def default_path(threads: int, smoke: bool, date: str | None = None) -> Path:
+    date = date or datetime.date.today().isoformat()
+    return RESULTS / f"{date}-cpu-peers-{threads}t{'-smoke' if smoke else ''}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.worker:
+        return worker_main(args.worker)
+    command = shlex.join(["python", "-m", "bench", "peers", *argv])
+    print(f"{args.threads} threads for every runtime; TVM and tvm-rtask for {args.target}")
+    results = measure(
+        args.models, args.runtimes, args.threads, target=args.target, warmup=args.warmup,
+        repeat=args.repeat, max_seconds=args.max_seconds, seed=args.seed, size=args.size,
+        command=command, progress=lambda line: print(line, flush=True), timeout=args.timeout,
+    )  # fmt: skip
+    if args.smoke:
+        results["smoke"] = (f"`--smoke` ({SMOKE['repeat']} calls after {SMOKE['warmup']} warm-up "
+                            "calls), only to check that everything runs")  # fmt: skip
+    path = Path(args.json) if args.json else default_path(args.threads, args.smoke)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    try:
+        source = path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        source = str(path)
+    table = markdown(results, source)
+    path.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
+    print(f"\n{table}\n\nresults written to {path} and {path.with_suffix('.md')}")
+    return 0
 
 
 if __name__ == "__main__":
