@@ -197,7 +197,7 @@ def test_full_size_model_matches_onnxruntime_with_nan_fill(name):
 @pytest.mark.parametrize("name", REAL_MODELS)
 def test_reduced_model_builds_for_cuda_sm90(name, tmp_path):
     """The CUDA build (sm_90) of each reduced model, nvcc -ptx without a GPU: the checks of
-    tests/cuda/test_codegen.py. bench/cuda_compile_time.py --real reduced times the same."""
+    tests/cuda/test_codegen.py. Compile times: docs/compile-time.md."""
     from tests.cuda.test_codegen import NVCC, _check
 
     if not NVCC:

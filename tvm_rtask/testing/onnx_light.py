@@ -7,8 +7,8 @@ replaces each such node by a seeded random initializer: He-scaled weights, Batch
 variances positive, BatchNorm scales near one. ONNX Runtime then gives the reference.
 
 The same two steps serve the committed torchvision architectures (``tvm_rtask.models.real``):
-:func:`strip_weights` writes a model's weights as ``ConstantOfShape`` nodes (the exporter,
-``bench/export_real_models.py``), :func:`materialize_weights` makes seeded weights of them.
+:func:`strip_weights` writes a model's weights as ``ConstantOfShape`` nodes (the one-time exporter,
+removed from ``bench/``), :func:`materialize_weights` makes seeded weights of them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Fifteen real architectures (ResNet-18/50, ResNeXt-50 32x4d, MobileNet v2 and v3 small,
 EfficientNet-B0, RegNetY-400MF, ShuffleNet v2 1.0x, SqueezeNet 1.1, DenseNet-121, GoogLeNet,
 Inception v3, MNASNet 0.5, ConvNeXt-T, ViT-B/16) exported once from torchvision by
-``bench/export_real_models.py`` at two sizes:
+a one-time exporter (removed; git history keeps ``bench/export_real_models.py``) at two sizes:
 
 - ``"full"``: torchvision's model, 1x3x224x224 (Inception v3 299x299), 1000 classes;
 - ``"reduced"``: the same operator kinds, a small input and, where torchvision's constructors

@@ -230,7 +230,7 @@ class Conv2dNCHW(CPUScheduleRule):
     ``acc_vectors``: accumulator vectors of one tile (channels x rows, one vector of columns
     each); ``max_channel_block`` / ``max_rows``: the largest ``FI`` / ``YR`` (``narrow_rows``
     for rows narrower than a vector). The switches keep the rule's earlier choices reachable
-    for paired measurements (``bench/cpu_ops.py --baseline``): ``narrow_strided`` (strided
+    for paired measurements (the per-operator reports, ``docs/cpu-kernels.md``): ``narrow_strided`` (strided
     rows narrower than a vector scheduled), ``pixels_outer`` (1x1: pixel tiles outside the
     channel blocks), ``pixel_waste`` (1x1: the tile counts the shifted last tile's
     overcompute), ``aligned_strips`` (1x1: input strips copied where the channel planes
