@@ -28,6 +28,7 @@ import math
 
 import tvm_ffi
 from tvm import s_tir, te, tirx
+from tvm.ir import TensorLoad
 from tvm.target import Target
 
 from ....tir.schedule import schedule_of
@@ -61,7 +62,33 @@ def _softmax_shape(func: tirx.PrimFunc) -> list[int] | None:
     maxelem = blocks[SOFTMAX_BLOCKS[0]].writes[0].source.ty
     if [int(d) for d in maxelem.shape] != shapes[0][:-1]:
         return None  # softmax over another axis
+    if not _reduces_last_axis(blocks[SOFTMAX_BLOCKS[0]], func.params[0]):
+        return None  # over another axis of the same length as the last
     return shapes[0]
+
+
+def _reduces_last_axis(block: s_tir.SBlock, source) -> bool:
+    """Whether every read of ``source`` in the row-maximum ``block`` is indexed by its
+    spatial iterators in order and its reduction iterator last: the shapes alone cannot tell
+    a softmax over the last axis from one over an axis of the same length (fuzzing found it)."""
+    spatial = [iv.var for iv in block.iter_vars if int(iv.iter_type) == 0]
+    reduce = [iv.var for iv in block.iter_vars if int(iv.iter_type) == 2]
+    loads = []
+
+    def visit(load):
+        if load.source.same_as(source):
+            loads.append(load)
+        return load
+
+    tvm_ffi.structural_map(block.body, (TensorLoad, visit))
+    if len(reduce) != 1 or not loads:
+        return False
+    expected = [*spatial, reduce[0]]
+    return all(
+        len(load.indices) == len(expected)
+        and all(i.same_as(v) for i, v in zip(load.indices, expected, strict=True))
+        for load in loads
+    )
 
 
 def _row_reduce(source, lead, length, lanes, combine, identity, name):
