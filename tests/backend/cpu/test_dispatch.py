@@ -99,3 +99,25 @@ def test_fine_barrier_workspaces_share_one_arena():
     assert allocations[0] == "rtask_arena_float32 = T.alloc_buffer((T.int64(12288),))"
     assert [a.split(" =")[0] for a in allocations[1:]] == ["rtask_step", "rtask_status"]
     assert text.count("= rtask_arena_float32.view(T.int64(64), T.int64(64))") == 2  # a, then d
+
+
+@pytest.mark.parametrize("policy", ["wavefront", "sequential", "wavefront_global"])
+def test_one_veu_with_global_barriers_runs_its_waves_in_order(policy):
+    """One vEU and barrier='global': no parallel launch at all (TVM's code generator failed
+    on a launch point whose extent-1 parallel loop it had removed; found by fuzzing)."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    import tvm_rtask
+    from tests.relax_passes.models import SharedKernels
+    from tests.runtime.test_trace import _inputs
+
+    args = _inputs()
+    expected = relax.VirtualMachine(tvm.compile(SharedKernels, "llvm"), tvm.cpu())["main"](*args)
+    ex = tvm_rtask.compile(
+        SharedKernels, "llvm", policy=policy, num_veu=1, barrier="global", nan_fill=True
+    )
+    actual = relax.VirtualMachine(ex, tvm.cpu())["main"](*args)
+    assert np.abs(expected.numpy()).max() > 1.0
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)

@@ -556,7 +556,15 @@ def build_cpu_dispatcher(
             loops.append(
                 tirx.AttrStmt(_i32(0), "pragma_parallel_barrier_when_finish", _i32(1), loop)
             )
-        body = tirx.AttrStmt(_i32(0), "pragma_parallel_launch_point", _i32(1), _seq(loops))
+        if code.num_veu == 1:
+            # one vEU: its waves one after the other on the calling thread. TVM's code
+            # generator drops the extent-1 parallel loop and then fails on a launch point
+            # with no parallel loop inside ('Cannot find parallel loop within parallel
+            # launch'; found by the differential fuzzer)
+            waves = [runs(wave[0], 0) if wave else None for wave in code.waves]
+            body = _seq([s for s in waves if s is not None])
+        else:
+            body = tirx.AttrStmt(_i32(0), "pragma_parallel_launch_point", _i32(1), _seq(loops))
         body = _seq([*views, body])
         # waves joined by TVM's barrier are correct with any pool size: only sized here
         pre = tirx.Evaluate(ensure)
