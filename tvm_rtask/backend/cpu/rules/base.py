@@ -228,7 +228,38 @@ def epilogue_tail(sch: s_tir.Schedule, writeback):
         return False, None
     if inline_epilogue_chain(sch, tail):
         return False, None
+    if not _reads_in_place(sch, tail, writeback):
+        return False, None
     return True, tail
+
+
+def _reads_in_place(sch: s_tir.Schedule, tail, writeback) -> bool:
+    """Whether ``tail`` reads what ``writeback`` writes only at its own spatial iterators, in
+    the order of the buffer's axes (or at a constant): computed in a parallel tile, it then
+    reads only what the tile wrote. A relayout (a reshape or transpose stitched after the
+    convolution) reads elements other tiles write, before they are written (wrong values;
+    found by the differential fuzzer)."""
+    buffer = sch.get(writeback).writes[0].source
+    stmt = sch.get(tail)
+    spatial = [iv.var for iv in stmt.iter_vars if int(iv.iter_type) == 0]
+    loads = []
+
+    def visit(load):
+        if load.source.same_as(buffer):
+            loads.append(load)
+        return load
+
+    tvm_ffi.structural_map(stmt.body, (TensorLoad, visit))
+    # an axis read at a constant is a broadcast (the squeeze-and-excitation scale [n, c, 0, 0]
+    # over the pixels): every instance of the tile reads the one element the tile wrote
+    return bool(loads) and all(
+        len(load.indices) == len(spatial)
+        and all(
+            i.same_as(v) or isinstance(i, tirx.IntImm)
+            for i, v in zip(load.indices, spatial, strict=True)
+        )
+        for load in loads
+    )
 
 
 def split_divisible(extent: int, wanted: int) -> int:
@@ -414,8 +445,18 @@ def narrow_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent:
         return buffer
 
     tvm_ffi.structural_map(tail, (tirx.Buffer, seen))
+    # a buffer also used outside the tile loop (an intermediate the rest of the epilogue reads
+    # after it) is shared: a copy of its own left the tail's elements where nothing read them
+    # (garbage in a stitched conv + channel shuffle; found by the differential fuzzer)
+    nothing = tirx.Evaluate(tirx.IntImm("int32", 0))
+    rest = tvm_ffi.structural_map(
+        func.body, (tirx.For, lambda n: nothing if n.same_as(loop) else n)
+    )
+    shared = [a for a in allocated if _used_in(rest, a)]
     copies: list = []
     for buffer in allocated:
+        if any(b.same_as(buffer) for b in shared):
+            continue
         if any(u.same_as(buffer) for u in used) and not any(o.same_as(buffer) for o, _ in copies):
             copy = tirx.decl_buffer(
                 buffer.shape, buffer.dtype, f"{buffer.name}_tail", scope=buffer.scope()
@@ -454,6 +495,25 @@ def narrow_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent:
     body = s_tir.SBlockRealize(body.iter_values, body.predicate, root)
     # the tail's loop and block variables are the head's: each defined once again
     return tirx.transform.ConvertSSA()(tvm.IRModule({"main": func.with_body(body)}))["main"]
+
+
+def _used_in(stmt, buffer) -> bool:
+    """Whether ``stmt`` loads or stores ``buffer`` (its allocation alone does not count)."""
+    found = []
+
+    def load(node):
+        if node.source.same_as(buffer):
+            found.append(node)
+        return node
+
+    def store(node):
+        if node.buffer.same_as(buffer):
+            found.append(node)
+        return node
+
+    tvm_ffi.structural_map(stmt, (TensorLoad, load))
+    tvm_ffi.structural_map(stmt, (tirx.BufferStore, store))
+    return bool(found)
 
 
 def with_last_tile_shifted(sch: s_tir.Schedule, tile_loop, tile: int, extent: int):
