@@ -1,87 +1,218 @@
 """Options of the rTask pipeline: keyword arguments, PassContext ``rtask.*`` keys, defaults.
 
 An explicit keyword wins over the PassContext config key of the same name (``rtask.policy``,
-``rtask.num_veu``, ``rtask.barrier``, ...), which wins over the default. Options are resolved
-once into a frozen :class:`RTaskOptions`; the chosen target's backend then checks the ones
-that only it reads (``tvm_rtask.backend``) and refuses those that do not apply to it.
+``rtask.num_veu``, ``rtask.cuda_threads``, ...), which wins over the default. Options are
+resolved once into a frozen :class:`RTaskOptions`. Its fields are the target-independent
+options; an option of one backend (``cuda_threads``, ``cpu_rules``, ...) is declared by that
+backend, as a field of its ``TargetOptions`` (``tvm_rtask.backend``), and travels as given in
+``RTaskOptions.target_options``: checked here against the declaration, parsed by the chosen
+target's backend, refused by every other one.
 
-Target-specific options default to ``None`` ("the backend's default"), so that a backend can
-tell an option the user set from one nobody touched.
+Every option is declared once, with its default and a one-line help (:func:`option`): the
+PassContext keys (:func:`config_types`) and the table of docs/options.md
+(:func:`option_table_markdown`) are generated from the declarations of the core and of every
+registered backend.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from .errors import OptionError
 
 BARRIERS = ("fine", "global", "counter")
 FUSIONS = ("fuseops", "stitch", "none")
-CPU_LAYOUTS = ("nchw", "nchwc")
 # "measured": every rKernel timed alone on the device present and the synchronisation
 # benchmark (runtime.profiler, cached on disk), resolved by PlanRPrograms, which has the module
 COST_MODELS = ("analytical", "measured")
-# CUDA: what a persistent kernel that spills registers does (None: "warn")
-SPILL_POLICIES = ("split", "replan", "warn", "error")
-# CUDA with dependency counters: how a block learns its vEU ("smid": claimed by the SM it runs
-# on, so vEU v is on SM v % SMs as the planner assumes; "block", the default: blockIdx.x)
-VEU_PLACEMENTS = ("smid", "block")
-# Options that travel outside PassContext config keys (a dict and an object).
-_NOT_CONFIG = ("policy_options", "cost")
+# Options that travel outside PassContext config keys (a dict, an object, the backends' own).
+_NOT_CONFIG = ("policy_options", "cost", "target_options")
+
+
+def option(
+    default: Any = MISSING,
+    *,
+    help: str,
+    name: str | None = None,
+    values: str | None = None,
+    shown: str | None = None,
+    choices: tuple | None = None,
+    bounds: tuple[int, int | None] | None = None,
+    default_factory: Any = MISSING,
+) -> Any:
+    """A dataclass field that is a user option, of :class:`RTaskOptions` or of a backend's
+    ``TargetOptions``: its default, ``help`` (one line, markdown: a row of docs/options.md),
+    ``name`` (the keyword, when it is not the field's name: CUDA's ``threads`` is
+    ``cuda_threads``), ``choices`` or ``bounds`` (``(lo, hi)``, ``hi`` None for none) that a
+    value is checked against (:func:`check_option_value`), and what the table shows as its
+    type (``values``) and default (``shown``) when the annotation and default do not say."""
+    metadata = {
+        "help": help,
+        "name": name,
+        "values": values,
+        "shown": shown,
+        "choices": choices,
+        "bounds": bounds,
+    }
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def declared_options(cls) -> dict[str, Field]:
+    """The user options dataclass ``cls`` declares (its fields made by :func:`option`), by
+    keyword, in declaration order."""
+    return {f.metadata.get("name") or f.name: f for f in fields(cls) if "help" in f.metadata}
+
+
+def option_kind(f: Field) -> str:
+    """The PassContext config type of an option ("int", "str", "bool"), from its annotation
+    (``db``, ``str | bool | None``, is a "str": a path, or "none" for no records)."""
+    annotation = str(f.type)
+    if annotation.startswith("str"):
+        return "str"
+    return "bool" if "bool" in annotation else "int" if "int" in annotation else "str"
+
+
+def check_option_value(name: str, f: Field, value) -> None:
+    """OptionError unless ``value`` fits option ``name``'s declaration (its choices, its
+    bounds, its type)."""
+    kind, choices = option_kind(f), f.metadata.get("choices")
+    if choices is not None:
+        if isinstance(value, bool) or value not in choices:
+            raise OptionError(f"{name} must be one of {choices}, not {value!r}")
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise OptionError(f"{name} must be True or False, not {value!r}")
+    elif kind == "int":
+        lo, hi = f.metadata.get("bounds") or (None, None)
+        if _is_int(value) and (lo is None or value >= lo) and (hi is None or value <= hi):
+            return
+        if hi is not None:
+            raise OptionError(f"{name} must be in {lo}..{hi}, not {value!r}")
+        if lo == 1:
+            raise OptionError(f"{name} must be a positive integer, not {value!r}")
+        at_least = "" if lo is None else f" >= {lo}"
+        raise OptionError(f"{name} must be an integer{at_least}, not {value!r}")
+    elif not isinstance(value, str):
+        raise OptionError(f"{name} must be a string, not {value!r}")
 
 
 @dataclass(frozen=True)
 class RTaskOptions:
-    """Everything a user can set; see docs/options.md for what each changes."""
+    """The target-independent options, and the backends' own as given (``target_options``);
+    docs/options.md shows what each changes (generated from these declarations)."""
 
-    policy: str = "wavefront"
-    barrier: str | None = None  # None: the backend's default (llvm: fine, CUDA: counter)
-    num_veu: int | None = None  # None: the device's capacity (CPU: worker threads)
-    rtasks_per_veu: int | None = None  # rTasks per vEU an operator is cut into (CPU: 2)
-    fusion: str = "fuseops"
-    spin_timeout_ms: int = 60_000
-    cuda_threads: int | None = None  # CUDA: threads of a vEU (default: the kernels' own)
-    cuda_registers: int | None = None  # CUDA: registers per thread assumed for occupancy
-    device: str | None = None  # CUDA: device spec (v100, a100, h100, h200); default from arch
-    check_status: bool | None = None  # CUDA: a blocking status check after every call
-    verify_occupancy: bool | None = None  # CUDA: ptxas -v registers must fit all vEUs at once
-    # CUDA: a spilling persistent kernel is reported ("warn", the default), re-planned with
-    # fewer vEUs per SM ("replan") or an error ("error", SpillError)
-    spills: str | None = None
-    cooperative_launch: bool | None = None  # CUDA: the driver refuses a non-co-resident grid
-    cpu_rules: bool | None = None  # llvm: tvm-rtask's schedule rules (convolution); default on
-    # llvm: processes that build the kernels at once (None: the usable cores, at most 8)
-    cpu_build_jobs: int | None = None
-    # llvm: "nchwc" runs convolutions in channel blocks of the vector width, the layout
-    # carried between them (backend/cpu/blocked_channels.py); "nchw" keeps the model's
-    cpu_layout: str | None = None
-    cuda_rules: bool | None = None  # CUDA: tvm-rtask's schedule rules (convolution); default on
-    # CUDA: each distinct rKernel body a __device__ __noinline__ function with registers of
-    # its own (None: on); False inlines every body into its persistent kernel
-    cuda_body_functions: bool | None = None
-    # CUDA, counters: "smid" claims vEU ids by SM at kernel start (vEU v on SM v % SMs for
-    # sure), "block" (None: the default) takes blockIdx.x (the hardware's placement)
-    cuda_veu_placement: str | None = None
-    max_ops_per_program: int | None = None  # rProgram cap (None: the backend's default)
-    max_kernels_per_program: int | None = None  # distinct kernels (None: backend default)
-    ios_merge: bool = True  # ios: merge convolutions sharing an input where the DP chooses it
-    # an rProgram the cost model predicts slower than its operators as ordinary kernels is
-    # replaced by them (None: on with cost="measured", off with the analytical model)
-    ordinary_fallback: bool | None = None
-    # MetaSchedule work directory whose tuned kernels replace the defaults; None: the shipped
-    # record set matching the target (records/sets.py); False or "none": no records
-    db: str | bool | None = None
-    # debug: every tensor a kernel writes (intermediates, outputs, arenas) and every
-    # workspace filled with NaN before each call, so that a read of memory no kernel wrote
-    # shows as NaN instead of passing by luck (relax_passes/nan_fill.py)
-    nan_fill: bool = False
-    # each vEU records when each rTask and each wait started and ended, and each rProgram
-    # call its span, into the timeline read after the call (runtime/trace.py; llvm)
-    trace: bool = False
-    policy_options: dict = field(default_factory=dict)  # the policy's own (ios: r, s, ...)
-    # "analytical", "measured" (timed on the device present, cached) or a schedule.CostModel
-    cost: Any = "analytical"
+    policy: str = option(
+        "wavefront",
+        values="`wavefront`, `wavefront_global`, `ios`, `opara`, `sequential`",
+        help="Rammer's wavefront packing (fine or global barriers between waves), IOS's DP "
+        'stages, Opara\'s stream order, or one launch per operator ("RammerBase"); see '
+        "[scheduling.md](scheduling.md)",
+    )
+    # None: the backend's default (its TargetOptions.CORE_DEFAULTS)
+    barrier: str | None = option(
+        None,
+        choices=BARRIERS,
+        help="step-array barriers between vEUs (`fine`), TVM's parallel barrier between waves "
+        "(`global`, llvm only), or dependency counters (`counter`, CUDA only: one per "
+        "operator; a vEU waits for its predecessors, not for every producer vEU)",
+    )
+    num_veu: int | None = option(
+        None,
+        bounds=(1, None),
+        shown="the device's capacity (llvm: the worker threads allowed)",
+        help="vEUs; more than can be resident at once (llvm: more than `TVM_NUM_THREADS`, or "
+        "the core count) is a `CapacityError`",
+    )
+    rtasks_per_veu: int | None = option(
+        None,
+        bounds=(1, None),
+        help="llvm: an operator is cut into up to `num_veu * rtasks_per_veu` rTasks; CUDA: one "
+        "rTask per thread block of the source kernel, consecutive blocks grouped into one "
+        "rTask where an operator has more than `rtasks_per_veu` blocks per vEU",
+    )
+    fusion: str = option(
+        "fuseops",
+        choices=FUSIONS,
+        help="TVM's FuseOps kept from chaining independent branches, FusionStitching "
+        "(memory-bound operators stitched vertically and side by side, chosen by an ILP; see "
+        "[fusion.md](fusion.md)), or no fusion",
+    )
+    spin_timeout_ms: int = option(
+        60_000,
+        bounds=(1, None),
+        help="bound of every barrier wait; on timeout the call raises (llvm; CUDA: see "
+        "`check_status`) instead of hanging",
+    )
+    max_ops_per_program: int | None = option(
+        None,
+        bounds=(0, None),
+        help="wavefront, wavefront_global, ios, opara: the most operators in one rProgram "
+        "(bounds LLVM's time and, on llvm, the persistent function's parameter count on large "
+        "models; CUDA packs workspaces and weights into arenas; 0: no limit)",
+    )
+    max_kernels_per_program: int | None = option(
+        None,
+        bounds=(0, None),
+        help="the same policies: the most distinct kernels in one rProgram (bounds nvcc's "
+        "time; 0: no limit)",
+    )
+    ios_merge: bool = option(
+        True,
+        help="`ios`: convolutions sharing an input are merged into one where IOS's DP chooses "
+        "it ([scheduling.md](scheduling.md))",
+    )
+    ordinary_fallback: bool | None = option(
+        None,
+        shown='on with a measured cost model (`cost="measured"` or a calibrated one), off '
+        "with the analytical one",
+        help="an rProgram the cost model predicts slower than its operators as ordinary "
+        "kernels is replaced by them, so the plan's estimate never exceeds ordinary launches "
+        "(trustworthy as far as the cost model is calibrated)",
+    )
+    db: str | bool | None = option(
+        None,
+        values="path, `False`",
+        shown="the shipped set",
+        help="a `tvm-rtask tune` work directory: rKernels are made from its tuned schedules, "
+        "several per operator ([tuning.md](tuning.md)). Unset: the record set shipped for "
+        "the target's device (`x86_64-avx2` for llvm targets with AVX2, `h100`/`h200` for "
+        "`sm_90` once they exist), used only for operators it has a record for; `False` "
+        "(CLI `--db none`): no records, the rules everywhere",
+    )
+    nan_fill: bool = option(
+        False,
+        help="debug: every float output of every kernel and every workspace filled with NaN "
+        "before each call, so a read of memory no kernel wrote shows as NaN instead of "
+        'passing by luck ([findings.md](findings.md), "The NaN fill")',
+    )
+    trace: bool = option(
+        False,
+        help="each vEU records when each rTask and each wait started and ended, and each "
+        "rProgram call its span (`runtime/trace.py`, `tvm-rtask trace`); the untraced build "
+        "is unchanged. Implemented on llvm (CUDA refuses it: its timeline is not built yet)",
+    )
+    policy_options: dict = option(
+        default_factory=dict,
+        values="dict",
+        shown="none",
+        help="the policy's own options (ios: `r`, `s`, ...), also taken as keywords of their "
+        "own, e.g. `r=2, s=4` for `ios`; `Plan.policy_options` shows what it used, and an "
+        "option no policy field knows is an error",
+    )
+    cost: Any = option(
+        "analytical",
+        values="`analytical`, `measured` or a `tvm_rtask.policies.CostModel`",
+        help='the cost model the policy plans with; `"measured"`: every rKernel and the '
+        "barrier and launch costs timed on the device present, cached on disk (`tvm-rtask "
+        "profile`, [scheduling.md](scheduling.md))",
+    )
+    # the options a backend declares (``TargetOptions``), as given, by keyword: the chosen
+    # target's backend parses them (``Backend.options_for``) and refuses another target's
+    target_options: dict = field(default_factory=dict)
 
     def validate(self) -> RTaskOptions:
         from .policies import policy_names
@@ -93,45 +224,17 @@ class RTaskOptions:
             )
         if self.barrier is not None and self.barrier not in BARRIERS:
             raise OptionError(f"barrier must be one of {BARRIERS}, not {self.barrier!r}")
-        if self.spills is not None and self.spills not in SPILL_POLICIES:
-            raise OptionError(f"spills must be one of {SPILL_POLICIES}, not {self.spills!r}")
-        if self.cuda_veu_placement is not None and self.cuda_veu_placement not in VEU_PLACEMENTS:
-            raise OptionError(
-                f"cuda_veu_placement must be one of {VEU_PLACEMENTS}, "
-                f"not {self.cuda_veu_placement!r}"
-            )
-        if self.cpu_layout is not None and self.cpu_layout not in CPU_LAYOUTS:
-            raise OptionError(f"cpu_layout must be one of {CPU_LAYOUTS}, not {self.cpu_layout!r}")
         if self.fusion not in FUSIONS:
             raise OptionError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
-        for key in ("num_veu", "rtasks_per_veu", "cpu_build_jobs"):
+        for key in ("num_veu", "rtasks_per_veu"):
             value = getattr(self, key)
             if value is not None and (not _is_int(value) or value < 1):
                 raise OptionError(f"{key} must be a positive integer, not {value!r}")
-        if self.cuda_threads is not None and (
-            not _is_int(self.cuda_threads) or not 32 <= self.cuda_threads <= 1024
-        ):
-            raise OptionError(f"cuda_threads must be in 32..1024, not {self.cuda_threads!r}")
-        if self.cuda_registers is not None and (
-            not _is_int(self.cuda_registers) or not 0 <= self.cuda_registers <= 255
-        ):
-            raise OptionError(f"cuda_registers must be in 0..255, not {self.cuda_registers!r}")
         for key in ("max_kernels_per_program", "max_ops_per_program"):
             value = getattr(self, key)
             if value is not None and (not _is_int(value) or value < 0):
                 raise OptionError(f"{key} must be >= 0 (0: no limit), not {value!r}")
-        for key in (
-            "check_status",
-            "verify_occupancy",
-            "cooperative_launch",
-            "ios_merge",
-            "ordinary_fallback",
-            "cpu_rules",
-            "cuda_rules",
-            "cuda_body_functions",
-            "nan_fill",
-            "trace",
-        ):
+        for key in ("ios_merge", "ordinary_fallback", "nan_fill", "trace"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise OptionError(f"{key} must be True or False, not {value!r}")
@@ -148,6 +251,7 @@ class RTaskOptions:
                 f"(e.g. runtime.measured_cost_model(...)), not {self.cost!r}"
             )
         _check_policy_options(self.policy, self.policy_options)
+        _check_target_options(self.target_options)
         return self
 
     def falls_back_to_ordinary(self) -> bool:
@@ -180,9 +284,22 @@ class RTaskOptions:
     @classmethod
     def from_dict(cls, d: dict) -> RTaskOptions:
         """The options a Plan was made with (a measured cost model comes back as its name,
-        which only names what planned it: planning is over by then)."""
+        which only names what planned it: planning is over by then).
+
+        Keys it does not know are ignored, except a backend's option at the top level (plans
+        made before ``target_options`` held them, or a key added by hand), which goes to
+        ``target_options`` unless it is None (unset)."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        values = {k: v for k, v in d.items() if k in known}
+        owned = backend_options()
+        flat = {k: v for k, v in d.items() if k in owned and k not in known and v is not None}
+        values["target_options"] = {**(values.get("target_options") or {}), **flat}
+        return cls(**values)
+
+
+#: The target-independent options, by keyword (every field of RTaskOptions but
+#: ``target_options``).
+CORE_OPTIONS: dict[str, Field] = declared_options(RTaskOptions)
 
 
 def _is_int(value) -> bool:
@@ -197,47 +314,124 @@ def _check_policy_options(policy: str, options: dict) -> None:
     get_policy(policy, **options)  # raises OptionError naming an option the policy lacks
 
 
+def _check_target_options(options: dict) -> None:
+    """Each backend option given must be one a registered backend declares, with a value
+    its declaration takes (the chosen target's backend checks that the option is its own)."""
+    if not isinstance(options, dict):
+        raise OptionError(f"target_options must be a dict, not {options!r}")
+    owned = backend_options()
+    for name, value in options.items():
+        if name not in owned:
+            raise OptionError(f"unknown option {name!r}; {_known_names(owned)}")
+        errors = []
+        for _, f in owned[name]:  # fits one declaration (several backends may declare it)
+            try:
+                check_option_value(name, f, value)
+                break
+            except OptionError as err:
+                errors.append(err)
+        else:
+            raise errors[0]
+
+
+# Backend classes whose ``Options`` declare options of tvm-rtask, in registration order
+# (the built-in ones first). ``tvm_rtask.backend.registry`` adds them (it imports this module,
+# not the other way round), and whoever must know of a new one (the PassContext keys,
+# runtime/config.py) listens with :func:`on_backend_added`.
+_BACKENDS: list = []
+_LISTENERS: list = []
+
+
+def add_backend(backend) -> None:
+    """Declare ``backend``'s options (its ``Options`` class) as options of tvm-rtask."""
+    if backend not in _BACKENDS:
+        _BACKENDS.append(backend)
+        for listener in list(_LISTENERS):
+            listener()
+
+
+def on_backend_added(listener) -> None:
+    """Call ``listener()`` whenever :func:`add_backend` declares a new backend."""
+    _LISTENERS.append(listener)
+
+
+def registered_backends() -> list:
+    """The backend classes whose options are options of tvm-rtask, built-in ones first."""
+    return list(_BACKENDS)
+
+
+def backend_options() -> dict[str, list[tuple[Any, Field]]]:
+    """Every option a registered backend declares, by keyword: ``[(backend class, field)]``
+    (several backends may declare one option)."""
+    owned: dict[str, list[tuple[Any, Field]]] = {}
+    for backend in registered_backends():
+        for name, f in declared_options(backend.Options).items():
+            owned.setdefault(name, []).append((backend, f))
+    return owned
+
+
+def _known_names(owned: dict, backend=None) -> str:
+    """The valid option names, for an error: the core's and ``backend``'s (a Backend or its
+    class), or every registered backend's when it is None."""
+    core = sorted(CORE_OPTIONS)
+    if backend is not None:
+        own = sorted(declared_options(backend.Options))
+        return f"known options: {core}; options of {backend.label} targets: {own or 'none'}"
+    labels: dict[str, list[str]] = {}
+    for name, owners in owned.items():
+        for b, _ in owners:
+            labels.setdefault(b.label, []).append(name)
+    per_target = "; ".join(f"{label}: {sorted(names)}" for label, names in labels.items())
+    return f"known options: {core}; options of one target ({per_target})"
+
+
 def config_types() -> dict[str, str]:
-    """``rtask.<name>`` -> TVM config type ("int", "str", "bool"), from the fields above."""
-    types = {}
-    for f in fields(RTaskOptions):
-        if f.name in _NOT_CONFIG:
-            continue
-        annotation = str(f.type)
-        kind = "bool" if "bool" in annotation else "int" if "int" in annotation else "str"
-        if annotation.startswith("str"):  # db: a path, or "none" for no records
-            kind = "str"
-        types[f"rtask.{f.name}"] = kind
+    """``rtask.<name>`` -> TVM config type ("int", "str", "bool"): every option declared by
+    :class:`RTaskOptions` and by the registered backends, as declared."""
+    types = {f"rtask.{n}": option_kind(f) for n, f in CORE_OPTIONS.items() if n not in _NOT_CONFIG}
+    for name, owners in backend_options().items():
+        types.setdefault(f"rtask.{name}", option_kind(owners[0][1]))
     return types
 
 
-def resolve_options(explicit: dict, pass_config=None) -> RTaskOptions:
+def resolve_options(explicit: dict, pass_config=None, backend=None) -> RTaskOptions:
     """Merge explicit keywords, ``rtask.*`` PassContext keys and defaults; reject unknowns.
 
-    A keyword that is not an RTaskOptions field but an option of the chosen policy (ios's
-    ``r``, ``s``, ...) goes to ``policy_options``.
+    A keyword that a registered backend declares (``cuda_threads``, ``cpu_rules``, ...) goes,
+    as given, to ``target_options``, checked against the declaration; the target's backend
+    refuses another target's (``Backend.check_options``). A keyword that is neither but an
+    option of the chosen policy (ios's ``r``, ``s``, ...) goes to ``policy_options``.
+    ``backend`` (a Backend or its class), when known, narrows the names an unknown option's
+    error lists to the core's and that backend's.
     """
-    known = {f.name for f in fields(RTaskOptions)}
+    core = set(CORE_OPTIONS)
+    owned = backend_options()
     values: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     config = pass_config if pass_config is not None else {}
-    for name in known - set(_NOT_CONFIG):
+    for name in sorted((core - set(_NOT_CONFIG)) | set(owned)):
         key = f"rtask.{name}"
         if key in config:
             value = config[key]
-            values[name] = value if isinstance(value, (bool, type(None))) else _plain(value)
-    values.update({k: v for k, v in explicit.items() if v is not None and k in known})
-    extra = {k: v for k, v in explicit.items() if k not in known and v is not None}
+            value = value if isinstance(value, (bool, type(None))) else _plain(value)
+            (values if name in core else given)[name] = value
+    for key, value in explicit.items():
+        if value is not None and key in core:
+            values[key] = value
+        elif value is not None and key in owned:
+            given[key] = value
+    extra = {k: v for k, v in explicit.items() if k not in core | set(owned) and v is not None}
     if extra:
         policy = values.get("policy", RTaskOptions.policy)
         accepted = _policy_option_names(policy)
         unknown = sorted(set(extra) - accepted)
         if unknown:
             raise OptionError(
-                f"unknown option(s) {unknown}; known options: {sorted(known - {'cost'})} "
-                f"and the options of policy {policy!r}: {sorted(accepted) or 'none'}"
+                f"unknown option(s) {unknown}; {_known_names(owned, backend)}; "
+                f"options of policy {policy!r}: {sorted(accepted) or 'none'}"
             )
         values["policy_options"] = {**values.get("policy_options", {}), **extra}
-    return RTaskOptions(**values).validate()
+    return RTaskOptions(**values, target_options=given).validate()
 
 
 def _policy_option_names(policy: str) -> set[str]:
@@ -258,3 +452,85 @@ def _plain(value):
         return int(value)
     except (TypeError, ValueError):
         return str(value)
+
+
+# -- docs/options.md's table, generated from the declarations --------------------------------
+OPTIONS_DOC = Path(__file__).resolve().parents[1] / "docs" / "options.md"
+TABLE_BEGIN = (
+    "<!-- options: generated by `python -m tvm_rtask.options --update-doc` "
+    "from the declarations (tvm_rtask/options.py and each backend's TargetOptions) -->"
+)
+TABLE_END = "<!-- /options -->"
+
+
+def option_table_markdown() -> str:
+    """The table of every option: the target-independent ones (:class:`RTaskOptions`), then
+    each registered backend's (its ``TargetOptions``), with type, default, target and help.
+    A target-independent option a backend defaults (``CORE_DEFAULTS``) shows each default."""
+    backends = registered_backends()
+    rows = ["| option | type | default | target | help |", "|---|---|---|---|---|"]
+    for name, f in CORE_OPTIONS.items():
+        per_target = [
+            f"{b.label}: `{b.Options.CORE_DEFAULTS[f.name]}`"
+            for b in backends
+            if f.name in b.Options.CORE_DEFAULTS
+        ]
+        rows.append(_table_row(name, f, "any", per_target))
+    for backend in backends:
+        for name, f in declared_options(backend.Options).items():
+            rows.append(_table_row(name, f, backend.label, []))
+    return "\n".join(rows) + "\n"
+
+
+def _table_row(name: str, f: Field, target: str, per_target: list[str]) -> str:
+    meta, kind = f.metadata, option_kind(f)
+    if meta["values"]:
+        values = meta["values"]
+    elif meta["choices"]:
+        values = ", ".join(f"`{c}`" for c in meta["choices"])
+    elif meta["bounds"] and kind == "int":
+        lo, hi = meta["bounds"]
+        values = f"int, {lo}..{hi}" if hi is not None else f"int >= {lo}"
+    else:
+        values = kind
+    default = [meta["shown"]] if meta["shown"] else []
+    if not default and not per_target:
+        default = ["unset" if f.default is None else f"`{f.default}`"]
+    cells = [f"`{name}`", values, "; ".join(default + per_target), target, meta["help"]]
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def option_table_block(text: str) -> str | None:
+    """The generated table in ``text`` (docs/options.md), between the markers; None if the
+    markers are missing."""
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin:
+        return None
+    return text[begin + len(TABLE_BEGIN) : end].strip("\n") + "\n"
+
+
+def update_option_table(path: str | Path = OPTIONS_DOC) -> bool:
+    """Write :func:`option_table_markdown` between the markers of ``path``; whether it
+    changed."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if option_table_block(text) is None:
+        raise OptionError(f"{path} has no generated options block ({TABLE_END!r} missing)")
+    begin = text.index(TABLE_BEGIN) + len(TABLE_BEGIN)
+    new = text[:begin] + "\n\n" + option_table_markdown() + "\n" + text[text.index(TABLE_END) :]
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+if __name__ == "__main__":  # python -m tvm_rtask.options [--update-doc [PATH]]
+    import sys
+
+    from tvm_rtask import options as _options  # the module itself, not this __main__ copy
+
+    if sys.argv[1:2] == ["--update-doc"]:
+        path = sys.argv[2] if len(sys.argv) > 2 else _options.OPTIONS_DOC
+        changed = _options.update_option_table(path)
+        print(f"{path}: {'updated' if changed else 'unchanged'}")
+    else:
+        print(_options.option_table_markdown(), end="")

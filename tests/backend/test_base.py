@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import tvm
 import tvm_rtask
 from tvm_rtask.backend import as_target, get_backend, supported_kinds, target_dict
 from tvm_rtask.errors import OptionError
-from tvm_rtask.options import RTaskOptions, resolve_options
+from tvm_rtask.options import RTaskOptions, backend_options, resolve_options
 from tvm_rtask.relax_passes import fuse
 from tvm_rtask.relax_passes.plan_rprograms import plan_options
 from tvm_rtask.runtime.config import CONFIG_OPTIONS
@@ -57,19 +58,128 @@ def test_every_option_of_another_backend_is_refused(key, value):
         plan_options({key: value}, None, as_target("llvm"))
 
 
-def test_target_specific_options_have_one_owner_each():
-    from tvm_rtask.backend.base import Backend
-    from tvm_rtask.backend.cpu.backend import CPUBackend
-    from tvm_rtask.backend.cuda.backend import CUDABackend
+def test_each_backend_declares_its_own_options():
+    """A backend's options are the fields of its Options class, none of them a field of
+    RTaskOptions (which holds them as given, in target_options)."""
+    from tvm_rtask.backend.cpu.backend import CPUBackend, CPUOptions
+    from tvm_rtask.backend.cuda.backend import CUDABackend, CUDAOptions
 
-    owned = [*CPUBackend.OPTIONS, *CUDABackend.OPTIONS]
-    assert len(owned) == len(set(owned))
-    known = {f.name for f in fields(RTaskOptions)}
-    assert set(owned) <= known
-    assert {k: c.__name__ for k, c in Backend._option_owners.items() if k in owned} == {
-        **{k: "CPUBackend" for k in CPUBackend.OPTIONS},
-        **{k: "CUDABackend" for k in CUDABackend.OPTIONS},
+    assert CPUBackend.OPTIONS == ("cpu_rules", "cpu_layout", "cpu_build_jobs")
+    assert set(CUDABackend.OPTIONS) == {
+        "cuda_threads",
+        "cuda_registers",
+        "device",
+        "check_status",
+        "verify_occupancy",
+        "spills",
+        "cooperative_launch",
+        "cuda_rules",
+        "cuda_body_functions",
+        "cuda_veu_placement",
     }
+    assert CPUBackend.Options is CPUOptions and CUDABackend.Options is CUDAOptions
+    core = {f.name for f in fields(RTaskOptions)}
+    assert not (set(CPUBackend.OPTIONS) | set(CUDABackend.OPTIONS)) & core
+    assert set(backend_options()) == {*CPUBackend.OPTIONS, *CUDABackend.OPTIONS}
+
+
+def test_an_option_is_parsed_from_the_keyword_into_the_backends_field():
+    options = resolve_options({"cuda_threads": 128, "cuda_veu_placement": "smid"})
+    assert options.target_options == {"cuda_threads": 128, "cuda_veu_placement": "smid"}
+    parsed = get_backend("cuda").options_for(options)
+    assert (parsed.threads, parsed.veu_placement, parsed.spills) == (128, "smid", "warn")
+    cpu = get_backend("llvm").options_for(resolve_options({"cpu_layout": "nchw"}))
+    assert (cpu.layout, cpu.barrier, cpu.rtasks_per_veu) == ("nchw", "fine", 2)
+
+
+def test_the_core_options_a_backend_defaults_are_its_declared_defaults():
+    """CORE_DEFAULTS (shown in docs/options.md) are what the backend uses."""
+    unset = resolve_options({})
+    for target in ("llvm", "cuda"):
+        backend = get_backend(target)
+        defaults = backend.Options.CORE_DEFAULTS
+        assert backend.barrier(unset) == defaults["barrier"]
+        assert backend.options_for(unset).rtasks_per_veu == defaults["rtasks_per_veu"]
+        assert backend.program_limits(unset) == {
+            k: defaults[k] for k in ("max_ops_per_program", "max_kernels_per_program")
+        }
+
+
+def test_an_unknown_option_lists_the_core_and_the_targets_options():
+    with pytest.raises(OptionError, match=r"unknown option.*policy.*cpu_rules") as err:
+        plan_options({"nosuch": 1}, None, as_target("llvm"))
+    assert "cpu_rules" in str(err.value) and "cuda_threads" not in str(err.value)
+    assert "\n" not in str(err.value)
+    with pytest.raises(OptionError, match="unknown option") as err:
+        resolve_options({"nosuch": 1})  # no target known: every backend's
+    assert "cpu_rules" in str(err.value) and "cuda_threads" in str(err.value)
+
+
+def test_pass_context_keys_reach_the_backends_options():
+    from tvm_rtask.runtime.config import register_config_options
+
+    assert register_config_options()
+    config = {"rtask.cuda_threads": 128, "rtask.spills": "error", "rtask.policy": "sequential"}
+    with tvm.transform.PassContext(config=config) as ctx:
+        options = plan_options({"cuda_threads": 64}, ctx, as_target("cuda"))
+    assert options.policy == "sequential"
+    assert options.target_options == {"cuda_threads": 64, "spills": "error"}  # keyword wins
+    with tvm.transform.PassContext(config={"rtask.cpu_rules": False}) as ctx:
+        with pytest.raises(OptionError, match="cpu_rules applies to llvm targets only"):
+            plan_options({}, ctx, as_target("cuda"))
+
+
+def test_a_registered_backends_options_are_options_everywhere(monkeypatch):
+    """A backend outside the package declares an option in its Options class only: it is
+    then a keyword, a PassContext key, a row of the table, and refused on other targets."""
+    from tvm_rtask import options as options_module
+    from tvm_rtask.backend import registry
+    from tvm_rtask.backend.base import TargetOptions
+    from tvm_rtask.backend.cpu.backend import CPUBackend
+    from tvm_rtask.options import option, option_table_markdown
+    from tvm_rtask.runtime import config
+
+    @dataclass(frozen=True)
+    class FakeOptions(TargetOptions):
+        fake_level: int = option(3, bounds=(0, 9), help="how fake the fake target is")
+
+    class FakeBackend(CPUBackend):
+        label = "fake"
+        target_kinds = ("ext_dev",)
+        Options = FakeOptions
+
+    assert config.register_config_options()
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+            m.setattr(options_module, "_BACKENDS", list(options_module._BACKENDS))
+            registry.register_backend(FakeBackend)
+            options = resolve_options({"fake_level": 5})
+            assert FakeOptions.from_options(options).fake_level == 5
+            assert FakeOptions.from_options(resolve_options({})).fake_level == 3
+            with pytest.raises(OptionError, match="fake_level must be in 0..9"):
+                resolve_options({"fake_level": 10})
+            with pytest.raises(OptionError, match="fake_level applies to fake targets only"):
+                get_backend("llvm").check_options(options)
+            assert "| `fake_level` | int, 0..9 | `3` | fake | how fake" in option_table_markdown()
+            assert config.CONFIG_OPTIONS["rtask.fake_level"] == "int"
+            with tvm.transform.PassContext(config={"rtask.fake_level": 4}) as ctx:
+                assert resolve_options({}, ctx.config).target_options == {"fake_level": 4}
+    finally:
+        config.refresh_config_options()
+    assert "rtask.fake_level" not in config.CONFIG_OPTIONS
+    assert "fake_level" not in backend_options()
+
+
+def test_plan_options_round_trip_and_old_plans_still_load():
+    options = resolve_options({"cuda_threads": 128, "num_veu": 4})
+    data = json.loads(json.dumps(options.to_dict()))
+    assert data["target_options"] == {"cuda_threads": 128}
+    assert RTaskOptions.from_dict(data) == options
+    # a plan's JSON from before target_options: every option at the top level, None unset
+    old = {k: v for k, v in data.items() if k != "target_options"}
+    old.update(cuda_threads=128, cpu_rules=None, device=None, gone_option=1)
+    assert RTaskOptions.from_dict(old) == options
 
 
 def test_each_backend_parses_its_options_once_per_options_object():
@@ -121,12 +231,14 @@ def test_stitch_fusion_scores_with_the_targets_device(monkeypatch):
     assert seen == [("stitch", "h100"), ("stitch", "a100"), ("stitch", "cpu")]
 
 
-def test_config_keys_are_the_option_fields():
+def test_config_keys_are_the_core_and_the_backends_options():
     names = {f"rtask.{f.name}" for f in fields(RTaskOptions)} - {
         "rtask.policy_options",
         "rtask.cost",
+        "rtask.target_options",
     }
-    assert set(CONFIG_OPTIONS) == names
+    assert set(CONFIG_OPTIONS) == names | {f"rtask.{n}" for n in backend_options()}
+    assert "rtask.cuda_threads" in CONFIG_OPTIONS and "rtask.cpu_layout" in CONFIG_OPTIONS
     assert CONFIG_OPTIONS["rtask.num_veu"] == "int" and CONFIG_OPTIONS["rtask.db"] == "str"
     assert CONFIG_OPTIONS["rtask.check_status"] == "bool"
 

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import tvm
@@ -21,7 +21,7 @@ from tvm.target import Target
 
 from ..core import DeviceSpec, Plan, RKernel, RProgram, VDevice
 from ..errors import OptionError
-from ..options import RTaskOptions
+from ..options import RTaskOptions, check_option_value, declared_options, registered_backends
 from ..tir.common import TensorDecl
 
 
@@ -77,7 +77,42 @@ class RKernelMaker(ABC):
 @dataclass(frozen=True)
 class TargetOptions:
     """A backend's own options with its defaults filled in (Triton's ``CUDAOptions``):
-    parsed once from the resolved :class:`RTaskOptions` by :meth:`Backend.parse_options`."""
+    parsed once from the resolved :class:`RTaskOptions` by :meth:`Backend.parse_options`.
+
+    A subclass declares the backend's user options as fields made by
+    ``tvm_rtask.options.option`` (default, one-line help, the keyword when it is not the
+    field's name): each is then a keyword of ``tvm_rtask.compile``, a PassContext key
+    ``rtask.<keyword>``, a row of docs/options.md, and refused on other targets, with no list
+    to keep elsewhere. Its other fields are what the backend derives; one named after a
+    target-independent option in :attr:`CORE_DEFAULTS` is that option, or its default."""
+
+    # the defaults this backend gives target-independent options left unset (None), e.g.
+    # ``barrier``: fields of the same name are filled from them, docs/options.md shows them
+    CORE_DEFAULTS: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def declared(cls) -> dict[str, Any]:
+        """The user options this class declares, by keyword (``dataclasses.Field``s)."""
+        return declared_options(cls)
+
+    @classmethod
+    def from_options(cls, options: RTaskOptions, **values) -> TargetOptions:
+        """An instance from ``options``: the declared options the user gave
+        (``options.target_options``, checked), else ``values`` (what the backend derives, or
+        defaults that need the target), else the fields' defaults; a field in
+        :attr:`CORE_DEFAULTS` takes the target-independent option or that default."""
+        names = {f.name for f in fields(cls)}
+        filled = {
+            name: default if getattr(options, name) is None else getattr(options, name)
+            for name, default in cls.CORE_DEFAULTS.items()
+            if name in names
+        }
+        filled.update(values)
+        for name, f in cls.declared().items():
+            if name in options.target_options:
+                check_option_value(name, f, options.target_options[name])
+                filled[f.name] = options.target_options[name]
+        return cls(**filled)
 
 
 class Backend(ABC):
@@ -85,8 +120,9 @@ class Backend(ABC):
     knows no target.
 
     A backend is built per target (``get_backend(target)``). Methods take the resolved
-    :class:`RTaskOptions`; the fields only this backend reads (:attr:`OPTIONS`) are parsed
-    once per options object into its own :class:`TargetOptions` (:meth:`options_for`).
+    :class:`RTaskOptions`; the options only this backend reads, declared by its
+    :attr:`Options` class, are parsed once per options object into an instance of it
+    (:meth:`options_for`).
     """
 
     name: ClassVar[str] = ""
@@ -94,15 +130,15 @@ class Backend(ABC):
     target_kinds: ClassVar[tuple[str, ...]] = ()
     needs_host: ClassVar[bool] = False  # device code: the target gets an llvm host
     rkernels_run_standalone: ClassVar[bool] = False  # an rKernel is a callable PrimFunc
-    # the RTaskOptions fields that only this backend reads: set for another target, they
-    # are refused there (OptionError), never silently ignored
-    OPTIONS: ClassVar[tuple[str, ...]] = ()
-    _option_owners: ClassVar[dict[str, type[Backend]]] = {}
+    # the options only this backend reads: a TargetOptions subclass declaring them; set
+    # for another target, they are refused there (OptionError), never silently ignored
+    Options: ClassVar[type[TargetOptions]] = TargetOptions
+    OPTIONS: ClassVar[tuple[str, ...]] = ()  # their keywords (from Options)
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        for key in cls.__dict__.get("OPTIONS", ()):
-            Backend._option_owners[key] = cls
+        if "Options" in cls.__dict__:
+            cls.OPTIONS = tuple(cls.Options.declared())
 
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -118,18 +154,20 @@ class Backend(ABC):
     def check_options(self, options: RTaskOptions) -> None:
         """Raise OptionError for an option that does not apply to this target: another
         backend's own option that is set, or a value :meth:`parse_options` refuses."""
-        for key, owner in Backend._option_owners.items():
-            if getattr(options, key) is not None and not isinstance(self, owner):
-                raise OptionError(
-                    f"option {key} applies to {owner.label} targets only, not to "
-                    f"{self.target.kind.name}"
-                )
+        own = self.Options.declared()
+        for key in options.target_options:
+            if key not in own:
+                owners = [b.label for b in registered_backends() if key in b.Options.declared()]
+                applies = f"applies to {', '.join(owners)} targets only" if owners else "unknown"
+                raise OptionError(f"option {key} {applies}, not to {self.target.kind.name}")
         self.options_for(options)
 
-    @abstractmethod
     def parse_options(self, options: RTaskOptions) -> TargetOptions:
         """This backend's options from ``options``, defaults filled in; OptionError for a
-        value it cannot take."""
+        value it cannot take. By default :meth:`TargetOptions.from_options` of
+        :attr:`Options`; a backend overrides it to refuse values of target-independent
+        options or to give defaults that need the target."""
+        return self.Options.from_options(options)
 
     def options_for(self, options: RTaskOptions) -> TargetOptions:
         """:meth:`parse_options`, once per options object."""
@@ -139,7 +177,7 @@ class Backend(ABC):
 
     def barrier(self, options: RTaskOptions) -> str:
         """How the rPrograms' waits are implemented, ``options.barrier`` or the default."""
-        return options.barrier or "fine"
+        return options.barrier or self.Options.CORE_DEFAULTS.get("barrier", "fine")
 
     def sync(self, options: RTaskOptions) -> str:
         """What the plan's rPrograms synchronise with (``Plan.sync``): dependency counters

@@ -9,6 +9,7 @@ from __future__ import annotations
 from tvm.target import Target
 
 from ..errors import OptionError
+from ..options import add_backend
 from .base import Backend
 from .cpu import CPUBackend
 from .cuda import CUDABackend
@@ -23,11 +24,22 @@ def register_backend(cls: type[Backend]) -> type[Backend]:
     of each of its target kinds."""
     for kind in cls.target_kinds:
         _REGISTRY[kind] = cls
+    add_backend(cls)  # its options become options (and PassContext keys) of tvm-rtask
     return cls
+
+
+for _cls in _REGISTRY.values():
+    add_backend(_cls)
 
 
 def supported_kinds() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def registered_backends() -> list[type[Backend]]:
+    """Each backend class once, in registration order (the built-in ones first): whose
+    options (``Backend.Options``) are options of tvm-rtask."""
+    return list(dict.fromkeys(_REGISTRY.values()))
 
 
 # The target string for the CPU that compiles: ``{"kind": "llvm", "mcpu": "native"}``, which

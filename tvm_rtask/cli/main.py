@@ -424,14 +424,20 @@ def cmd_bench(args) -> int:
         # where the user runs the command instead, or where --out-dir says.
         out_dir = check_directory(args.out_dir or DEFAULT_BENCH_DIR, "--out-dir", create=True)
         rest += ["--out-dir", out_dir]
-    if "bench" not in sys.modules:  # the checkout's package bench, from wherever this runs
-        bench = harness.parent
+    bench = harness.parent
+    if "bench" not in sys.modules and (bench / "__init__.py").is_file():
+        # the checkout's package bench (the harness imports its siblings from it), from
+        # wherever this runs
         spec = importlib.util.spec_from_file_location(
             "bench", bench / "__init__.py", submodule_search_locations=[str(bench)]
         )
         sys.modules["bench"] = package = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(package)
-    return int(importlib.import_module("bench.harness").main(rest) or 0)
+    # the harness found, by its path: not whichever bench.harness this process imported
+    spec = importlib.util.spec_from_file_location("bench.harness", harness)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return int(module.main(rest) or 0)
 
 
 def cmd_models(args) -> int:

@@ -154,8 +154,8 @@ class RTaskPrepare:
 
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        options = self.options or resolve_options(self.explicit, ctx.config)
         backend = get_backend(self.target)
+        options = self.options or resolve_options(self.explicit, ctx.config, backend)
         device = backend.device_spec(options).name
         # what the backend's rewrites fall back on reaches the plan through the module
         with collecting_fallbacks() as notes:

@@ -37,11 +37,11 @@ def plan_options(explicit: dict, ctx: tvm.transform.PassContext | None, target) 
     ``records.sets.resolve_db``)."""
     from ..records.sets import resolve_db
 
+    backend = get_backend(target)
     if isinstance(explicit, RTaskOptions):
         options = explicit
     else:
-        options = resolve_options(explicit, ctx.config if ctx is not None else None)
-    backend = get_backend(target)
+        options = resolve_options(explicit, ctx.config if ctx is not None else None, backend)
     backend.check_options(options)
     db = resolve_db(options.db, backend.record_set(options))
     return options if db == options.db else replace(options, db=db)

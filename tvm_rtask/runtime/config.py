@@ -25,8 +25,13 @@ Types, as TVM itself registers ``std::string``-like / ``int64_t`` options (type 
 - Any other value type (a ``str`` for an int key, a ``float``, ``None``) makes the
   ``PassContext(...)`` constructor raise ``AttributeError``, as do unknown ``rtask.*`` keys.
 
+The keys are those of every option, the core's and each registered backend's (their
+declarations: ``tvm_rtask.options.config_types``); a backend registered later
+(``register_backend``) has its keys registered then (:func:`refresh_config_options`).
+
 Registration is process-wide and permanent (TVM has no unregister).  Importing this module
-does nothing and imports nothing heavy; :func:`register_config_options` imports TVM, is
+does nothing and imports nothing heavy (:data:`CONFIG_OPTIONS` is computed on first use, as
+it imports the backends); :func:`register_config_options` imports TVM, is
 idempotent and thread-safe, and never raises for a missing or incompatible TVM: it then logs
 a warning and returns ``False``, and the ``rtask.*`` keys stay unusable in ``PassContext``
 (use the Python API's arguments instead).  Call it before creating a ``PassContext`` that
@@ -39,15 +44,29 @@ import logging
 import threading
 from pathlib import Path
 
-from ..options import config_types
+from ..options import config_types, on_backend_added
 
-__all__ = ["CONFIG_OPTIONS", "register_config_options"]
+__all__ = ["CONFIG_OPTIONS", "refresh_config_options", "register_config_options"]
 
 logger = logging.getLogger(__name__)
 
-#: The config keys tvm-rtask registers, with their TVM value type string (one per field of
-#: :class:`tvm_rtask.options.RTaskOptions`).
-CONFIG_OPTIONS: dict[str, str] = config_types()
+#: The config keys tvm-rtask registers, with their TVM value type string (one per option of
+#: :class:`tvm_rtask.options.RTaskOptions` and of each registered backend), computed on first
+#: use: ``CONFIG_OPTIONS`` is a module attribute (``__getattr__`` below).
+CONFIG_OPTIONS: dict[str, str]
+
+
+def _config_options() -> dict[str, str]:
+    if "CONFIG_OPTIONS" not in globals():
+        globals()["CONFIG_OPTIONS"] = config_types()
+    return globals()["CONFIG_OPTIONS"]
+
+
+def __getattr__(name: str):
+    if name == "CONFIG_OPTIONS":
+        return _config_options()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Result codes of tvm_rtask_register_config_options (src/pass_config.cc).
 RC_OK = 0
@@ -121,17 +140,20 @@ def _try_register() -> bool:
         )
         return False
 
+    try:
+        keys = _config_options()  # imports the backends, for their options
+    except Exception as err:  # a backend that cannot be imported here
+        logger.warning("tvm-rtask: cannot list the rtask.* PassContext config keys: %s", err)
+        return False
     existing = {str(k): str(v["type"]) for k, v in tvm.transform.PassContext.list_configs().items()}
-    clash = {
-        k: existing[k] for k in CONFIG_OPTIONS if k in existing and existing[k] != CONFIG_OPTIONS[k]
-    }
+    clash = {k: existing[k] for k in keys if k in existing and existing[k] != keys[k]}
     if clash:
         logger.warning(
             "tvm-rtask: rtask.* PassContext config keys already registered with other types: %s",
             clash,
         )
         return False
-    missing = {k: t for k, t in CONFIG_OPTIONS.items() if k not in existing}
+    missing = {k: t for k, t in keys.items() if k not in existing}
     if not missing:
         return True
 
@@ -166,3 +188,17 @@ def register_config_options() -> bool:
         if _RESULT is None:
             _RESULT = _try_register()
     return _RESULT
+
+
+def refresh_config_options() -> bool | None:
+    """After a backend is registered: the keys computed again, and registered (the missing
+    ones) if registration was tried already; its result, or None if it was not."""
+    global _RESULT
+    with _LOCK:
+        globals().pop("CONFIG_OPTIONS", None)
+        tried, _RESULT = _RESULT is not None, None
+    return register_config_options() if tried else None
+
+
+# a backend registered later (register_backend) has its keys registered then
+on_backend_added(refresh_config_options)

@@ -99,7 +99,7 @@ def test_block_indices_are_the_veus_by_default_and_with_step_arrays(options):
 
 def test_an_unknown_placement_is_refused():
     with pytest.raises(OptionError, match="cuda_veu_placement must be one of"):
-        RTaskOptions(cuda_veu_placement="sm").validate()
+        RTaskOptions(target_options={"cuda_veu_placement": "sm"}).validate()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import tvm
 from tvm import relax
@@ -13,6 +14,7 @@ from ...core import RKernel, VDevice, cpu_spec
 from ...core.memory import shared_workspaces
 from ...core.script import scripts_from_program, waves_from_program
 from ...errors import CapacityError, OptionError
+from ...options import option
 from ...records import TUNED_ATTR
 from ..arena import arena_of, arena_tensor, plan_arenas
 from ..base import (
@@ -39,17 +41,60 @@ from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 MAX_OPS_PER_PROGRAM = 64
 RTASKS_PER_VEU = 2
 DEFAULT_LAYOUT = "nchwc"
+CPU_LAYOUTS = ("nchw", "nchwc")
 VARIANT_INFIX = "_rk"
+
+
+def _rules_default() -> bool:
+    from .rules import rules_enabled
+
+    return rules_enabled()
 
 
 @dataclass(frozen=True)
 class CPUOptions(TargetOptions):
-    """The llvm backend's options, defaults filled in."""
+    """The llvm backend's options, defaults filled in: its own (declared with their help,
+    rows of docs/options.md) and the target-independent ones it defaults."""
+
+    CORE_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "barrier": "fine",
+        "rtasks_per_veu": RTASKS_PER_VEU,
+        "max_ops_per_program": MAX_OPS_PER_PROGRAM,
+        "max_kernels_per_program": 0,
+    }
 
     barrier: str  # "fine" (step arrays) or "global" (TVM's parallel barrier between waves)
-    rules: bool  # tvm-rtask's CPU schedule rules (option cpu_rules)
     rtasks_per_veu: int  # an operator is cut into at most num_veu x this many rTasks
-    layout: str  # "nchw" or "nchwc": convolutions in channel blocks (option cpu_layout)
+    rules: bool = option(
+        default_factory=_rules_default,
+        name="cpu_rules",
+        shown="`True` (`TVM_RTASK_CPU_RULES=0|1` sets a process's)",
+        help="tvm-rtask's schedule rules (`backend/cpu/rules/`); False leaves operators "
+        "without a tuning record to TVM's unscheduled TIR. `TVM_RTASK_CPU_RULES=0|1` sets "
+        "the default of a process",
+    )
+    layout: str = option(
+        DEFAULT_LAYOUT,
+        name="cpu_layout",
+        choices=CPU_LAYOUTS,
+        help="`nchwc`: convolutions and the pools and elementwise operators between them run "
+        "in channel blocks of the vector width (`NCHW16c` with AVX-512), carried by TVM's "
+        "`ConvertLayout` and changed back at the model's edges. A model keeps NCHW where "
+        "fewer than 4 convolutions can be blocked, where TVM cannot convert it (a warning), "
+        "or where layout changes would remain inside it; `nchw` keeps the model's layout "
+        '([cpu-kernels.md](cpu-kernels.md), "Channel blocks (NCHWc)")',
+    )
+    build_jobs: int | None = option(
+        None,
+        name="cpu_build_jobs",
+        bounds=(1, None),
+        shown="the cores this process may run on that other processes' runnable tasks leave "
+        "idle (at most 8)",
+        help="processes that build the out-of-line kernel bodies at once, into object files "
+        "linked into one library; the code is the same as with `1` (one process), and a "
+        "process that fails or hangs leaves its share to this one "
+        '([compile-time.md](compile-time.md), "The build in forked processes")',
+    )
 
 
 def worker_capacity() -> int:
@@ -184,7 +229,7 @@ class CPUBackend(Backend):
     label = "llvm"
     target_kinds = ("llvm", "c")
     rkernels_run_standalone = True
-    OPTIONS = ("cpu_rules", "cpu_layout", "cpu_build_jobs")
+    Options = CPUOptions
 
     def device(self):
         return tvm.cpu(0)
@@ -225,14 +270,7 @@ class CPUBackend(Backend):
                 "barrier='counter' (dependency counters) is implemented on CUDA only; on llvm "
                 "use barrier='fine' (step arrays, the default) or 'global'"
             )
-        from .rules import rules_enabled
-
-        return CPUOptions(
-            barrier=options.barrier or "fine",
-            rules=rules_enabled() if options.cpu_rules is None else options.cpu_rules,
-            rtasks_per_veu=options.rtasks_per_veu or RTASKS_PER_VEU,
-            layout=options.cpu_layout or DEFAULT_LAYOUT,
-        )
+        return CPUOptions.from_options(options)
 
     def barrier(self, options) -> str:
         return self.options_for(options).barrier
@@ -283,7 +321,7 @@ class CPUBackend(Backend):
         tuned = load_tuned(options.db, "llvm")
         rule_target = self.target if cpu.rules else None
         maker = CPURKernelMaker(mod, vdevice, tuned, rule_target, cpu.rtasks_per_veu)
-        if is_build_following() and parallel_build.build_jobs(options.cpu_build_jobs) >= 2:
+        if is_build_following() and parallel_build.build_jobs(cpu.build_jobs) >= 2:
 
             def early(name: str) -> None:
                 early_builds().submit(name, maker.one_per_veu, self.target)
@@ -364,7 +402,7 @@ class CPUBackend(Backend):
         early = early_builds()
         builder = early.running_pid()
         ignored = () if builder is None else (builder,)
-        jobs = parallel_build.build_jobs(options.cpu_build_jobs, ignored)
+        jobs = parallel_build.build_jobs(self.options_for(options).build_jobs, ignored)
         built = parallel_build.build_with_side_objects(
             build_main, lowered, self.target, jobs, early=early
         )

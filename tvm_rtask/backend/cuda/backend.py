@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import tvm
 from tvm import relax
@@ -13,6 +14,7 @@ from tvm.target import Target
 from ...core import RKernel, VDevice, get_spec
 from ...core.counters import check_counter_scripts, counter_scripts
 from ...errors import CapacityError, OptionError, SpillError, UnsupportedOperator
+from ...options import option
 from ..arena import arena_of, arena_tensor, plan_arenas
 from ..base import Backend, LoweredProgram, ProgramIO, RKernelMaker, TargetOptions, load_tuned
 from .body_function import (
@@ -55,41 +57,101 @@ DEFAULT_REGISTERS = 64
 RTASKS_PER_VEU = 4
 ASSUMED_VEUS_PER_SM = 4
 DISPATCH_REGISTERS = 8
+# what a persistent kernel that spills registers does (option spills)
+SPILL_POLICIES = ("split", "replan", "warn", "error")
+# with dependency counters, how a block learns its vEU (option cuda_veu_placement): "smid"
+# claimed by the SM it runs on (vEU v on SM v % SMs, as the planner assumes), "block"
+# blockIdx.x
+VEU_PLACEMENTS = ("smid", "block")
 
 
 @dataclass(frozen=True)
 class CUDAOptions(TargetOptions):
-    """The CUDA-only options with their defaults filled in (Triton's ``CUDAOptions``)."""
+    """The CUDA-only options with their defaults filled in (Triton's ``CUDAOptions``): its
+    own (declared with their help, rows of docs/options.md) and the target-independent ones
+    it defaults."""
 
-    threads: int  # the most threads of a vEU (dlight schedules within it)
-    registers: int  # 0: from the rKernels (see DISPATCH_REGISTERS)
-    device: str
-    check_status: bool
-    verify_occupancy: bool
-    cooperative_launch: bool
+    CORE_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "barrier": "counter",
+        "rtasks_per_veu": RTASKS_PER_VEU,
+        "max_ops_per_program": MAX_OPS_PER_PROGRAM,
+        "max_kernels_per_program": MAX_KERNELS_PER_PROGRAM,
+    }
+
     rtasks_per_veu: int  # an operator with more thread blocks is coarsened to this many
-    rules: bool  # tvm-rtask's CUDA schedule rules before dlight's (option cuda_rules)
-    spills: str  # "split", "replan", "warn" or "error" (option spills)
-    body_functions: bool  # rKernel bodies as device functions (option cuda_body_functions)
-    veu_placement: str  # "smid" or "block" (option cuda_veu_placement)
+    threads: int = option(
+        256,
+        name="cuda_threads",
+        bounds=(32, 1024),
+        help="threads of a vEU; dlight schedules every operator with at most this many",
+    )
+    registers: int = option(
+        0,
+        name="cuda_registers",
+        bounds=(0, 255),
+        shown=f"`0`: the most an rKernel uses alone (ptxas) + {DISPATCH_REGISTERS}; "
+        f"{DEFAULT_REGISTERS} without nvcc",
+        help="registers per thread the persistent kernels are compiled for: vEUs per SM "
+        "follow from it, and `__launch_bounds__(threads, vEUs per SM)` makes ptxas keep to it",
+    )
+    device: str | None = option(
+        None,
+        values="`v100`, `a100`, `h100`, `h200`",
+        shown="from the target's arch (`sm_70` v100, `sm_80` a100, else h100)",
+        help="the device table entry",
+    )
+    check_status: bool = option(
+        False,
+        help="`main` ends with a check of the barrier status words (one blocking "
+        "device-to-host copy per call). Off, a timed-out wait prints its vEUs and aborts the "
+        "kernel (`__trap`), so the next synchronisation raises and the CUDA context must be "
+        "recreated",
+    )
+    verify_occupancy: bool = option(
+        True,
+        help="compile once with `ptxas -v` and refuse vEUs that cannot all be resident",
+    )
+    cooperative_launch: bool = option(
+        False,
+        help="launch persistent kernels cooperatively, so the driver too refuses a grid that "
+        "cannot be co-resident (same results on an H200; its latency is untimed)",
+    )
+    rules: bool = option(
+        default_factory=rules_enabled,
+        name="cuda_rules",
+        shown="`False` (`TVM_RTASK_CUDA_RULES=0|1` sets a process's)",
+        help="tvm-rtask's convolution rules (`backend/cuda/rules/`) before dlight; off until "
+        'a GPU has timed them ([cuda-kernels.md](cuda-kernels.md), "Convolution rules"). '
+        "`TVM_RTASK_CUDA_RULES=0|1` sets the default of a process",
+    )
+    spills: str = option(
+        "warn",
+        choices=SPILL_POLICIES,
+        help="with `verify_occupancy`: a persistent kernel that spills registers is reported "
+        "(`warn`); planned again (at most 3 times) with half the distinct rKernels per "
+        "rProgram (`split`) or the registers one vEU fewer per SM allows (`replan`); or a "
+        "`SpillError` (`error`)",
+    )
+    body_functions: bool = option(
+        True,
+        name="cuda_body_functions",
+        help="each distinct rKernel body that uses shared memory is a `__device__ "
+        "__noinline__` function with its own registers, shared by every rProgram that runs "
+        'it; False inlines every body ([cuda-kernels.md](cuda-kernels.md), "Body '
+        "functions\"). Both match TVM's build on an H200",
+    )
+    veu_placement: str = option(
+        "block",
+        name="cuda_veu_placement",
+        choices=VEU_PLACEMENTS,
+        help="with dependency counters: `smid` has every block claim its vEU from the SM it "
+        "runs on at kernel start, so vEU `v` runs on SM `v % SMs` as the planner assumes "
+        "(`backend/cuda/veu_claim.py`); `block` takes `blockIdx.x`",
+    )
 
     @classmethod
     def parse(cls, options, target: Target) -> CUDAOptions:
-        return cls(
-            threads=options.cuda_threads or 256,
-            registers=options.cuda_registers or 0,
-            device=options.device or ARCH_SPECS.get(str(target.arch), "h100"),
-            check_status=bool(options.check_status),
-            verify_occupancy=True if options.verify_occupancy is None else options.verify_occupancy,
-            cooperative_launch=bool(options.cooperative_launch),
-            rtasks_per_veu=options.rtasks_per_veu or RTASKS_PER_VEU,
-            rules=rules_enabled() if options.cuda_rules is None else options.cuda_rules,
-            spills=options.spills or "warn",
-            body_functions=(
-                True if options.cuda_body_functions is None else options.cuda_body_functions
-            ),
-            veu_placement=options.cuda_veu_placement or "block",
-        )
+        return cls.from_options(options, device=ARCH_SPECS.get(str(target.arch), "h100"))
 
 
 def _spilling_kernel_count(plan) -> int:
@@ -244,18 +306,7 @@ class CUDABackend(Backend):
     label = "CUDA"
     target_kinds = ("cuda",)
     needs_host = True
-    OPTIONS = (
-        "cuda_threads",
-        "cuda_registers",
-        "device",
-        "check_status",
-        "verify_occupancy",
-        "spills",
-        "cooperative_launch",
-        "cuda_rules",
-        "cuda_body_functions",
-        "cuda_veu_placement",
-    )
+    Options = CUDAOptions
 
     def device(self):
         dev = tvm.cuda(0)
@@ -295,7 +346,7 @@ class CUDABackend(Backend):
         """``h100`` on sm_90, or ``h200`` when the device option says so."""
         if not str(self.target.attrs.get("arch", "") or "").startswith("sm_90"):
             return None
-        return "h200" if (options.device or "").lower() == "h200" else "h100"
+        return "h200" if self.options_for(options).device.lower() == "h200" else "h100"
 
     def device_spec(self, options):
         return get_spec(self.options_for(options).device)
@@ -318,7 +369,7 @@ class CUDABackend(Backend):
         if tuned is not None:
             mod = _apply_tuned(mod, tuned)
         mod = _schedule_all(mod, schedule_target(self.target, cuda.threads), cuda.rules)
-        given = options.cuda_threads is not None
+        given = "cuda_threads" in options.target_options
         return mod, CUDARKernelMaker(self, mod, unscheduled, cuda, options.num_veu, given)
 
     def standalone_rkernel(self, mod, maker, func_name, kernel, vdevice):

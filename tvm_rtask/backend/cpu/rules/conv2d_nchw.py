@@ -229,16 +229,15 @@ class Conv2dNCHW(CPUScheduleRule):
 
     ``acc_vectors``: accumulator vectors of one tile (channels x rows, one vector of columns
     each); ``max_channel_block`` / ``max_rows``: the largest ``FI`` / ``YR`` (``narrow_rows``
-    for rows narrower than a vector). The switches keep the rule's earlier choices reachable
-    for paired measurements (the per-operator reports, ``docs/cpu-kernels.md``): ``narrow_strided`` (strided
-    rows narrower than a vector scheduled), ``pixels_outer`` (1x1: pixel tiles outside the
-    channel blocks), ``pixel_waste`` (1x1: the tile counts the shifted last tile's
-    overcompute), ``aligned_strips`` (1x1: input strips copied where the channel planes
-    are not whole vectors: alone, ``512 -> 1000`` at 13x13 784 -> 619 us, ``768 -> 192``
-    at 17x17 435 -> 359), ``narrow_tail`` (1x1, channel groups in parallel: the last pixel
-    tile run apart, only its vectors past the other tiles; ``base.narrow_last_tile``);
-    ``min_strided_macs``: fewer MACs an output than this and a
-    strided convolution is declined.
+    for rows narrower than a vector). The switches keep the rule's earlier choices reachable for
+    paired measurements (the per-operator reports, ``docs/cpu-kernels.md``): ``narrow_strided``
+    (strided rows narrower than a vector scheduled), ``pixels_outer`` (1x1: pixel tiles outside
+    the channel blocks), ``pixel_waste`` (1x1: the tile counts the shifted last tile's
+    overcompute), ``aligned_strips`` (1x1: input strips copied where the channel planes are not
+    whole vectors: alone, ``512 -> 1000`` at 13x13 784 -> 619 us, ``768 -> 192`` at 17x17 435 ->
+    359), ``narrow_tail`` (1x1, channel groups in parallel: the last pixel tile run apart, only
+    its vectors past the other tiles; ``base.narrow_last_tile``); ``min_strided_macs``: fewer
+    MACs an output than this and a strided convolution is declined.
     """
 
     def __init__(
