@@ -3,8 +3,10 @@
 For the light models (sm_90; sm_80 for the two smallest, the others slow) and every built-in
 architecture (reduced, sm_90; sm_80 and full sizes slow), the generated CUDA source must
 compile with ``nvcc -ptx``. Structural checks: one ``__global__`` kernel per launch in
-the plan, vEUs within occupancy capacity, the counter waits encoded in the task tables, and
-guards plus syncs where a task has fewer threads than its vEU.
+the plan, vEUs within occupancy capacity, the counter waits encoded in the task tables,
+guards plus syncs where a task has fewer threads than its vEU, and no warp operation whose
+mask is read with ``__activemask()`` (``backend/cuda/warp_masks.py``). The structural checks
+run without nvcc too; the test then reports the compile as skipped.
 """
 
 import re
@@ -16,6 +18,7 @@ import pytest
 import tvm_rtask
 from tvm_rtask import models as zoo
 from tvm_rtask.backend.cuda.dispatch import WAIT, counter_table, operator_index
+from tvm_rtask.backend.cuda.warp_masks import activemask_shuffles
 from tvm_rtask.core import OrdinaryCall
 from tvm_rtask.core.counters import counter_stats
 from tvm_rtask.errors import CapacityError
@@ -104,9 +107,16 @@ def _check(model, arch, tmp_path):
     assert waits == expected
     if waits:
         assert "tvm_rtask_wait_count(" in source and "__syncthreads()" in source
+    # every shuffle names the lanes that reach it, none reads them with __activemask()
+    assert activemask_shuffles(source) == []
     if NVCC:
         _nvcc(source, arch, tmp_path)
     return plan, source
+
+
+def _skip_without_nvcc():
+    if not NVCC:
+        pytest.skip("nvcc not found: structural checks ran, the nvcc compile did not")
 
 
 SM80_IN_CI = ("squeezenet", "bvlc_alexnet")
@@ -121,9 +131,8 @@ LIGHT_CASES = [
 
 @pytest.mark.parametrize("name, arch", LIGHT_CASES)
 def test_light_model_cuda_source_compiles(name, arch, tmp_path):
-    if not NVCC:
-        pytest.skip("nvcc not found: structural checks ran, the nvcc compile did not")
     _check(load_light_model(name), arch, tmp_path)
+    _skip_without_nvcc()
 
 
 @pytest.mark.parametrize(
@@ -137,9 +146,8 @@ def test_light_model_cuda_source_compiles(name, arch, tmp_path):
 def test_builtin_model_cuda_source_compiles(name, arch, tmp_path):
     """Every built-in architecture, in its reduced configuration (fewer and smaller layers,
     the same operators), for sm_90 (sm_80 and the full sizes are slow tests)."""
-    if not NVCC:
-        pytest.skip("nvcc not found: structural checks ran, the nvcc compile did not")
     _check(zoo.get(name, reduced=True)[0], arch, tmp_path)
+    _skip_without_nvcc()
 
 
 @pytest.mark.slow

@@ -87,10 +87,11 @@ def _mark_min_blocks(blocks_per_sm: int):
 
 def persistent_pipeline(blocks_per_sm: int, cooperative: bool) -> str:
     """The TIR pipeline for persistent kernels compiled for ``blocks_per_sm`` vEUs per SM
-    (0: no bound), cooperative or not; registered once per combination, by name."""
+    (0: no bound), cooperative or not; registered once per combination, by name. Every
+    shuffle's mask names the lanes that reach it (``warp_masks.py``)."""
     from tvm.tirx.compilation_pipeline import PIPELINE_MAP, register_tir_pipeline
 
-    name = f"tvm_rtask.persistent.v2.b{blocks_per_sm}{'.coop' if cooperative else ''}"
+    name = f"tvm_rtask.persistent.v3.b{blocks_per_sm}{'.coop' if cooperative else ''}"
     if name in PIPELINE_MAP:
         return name
 
@@ -99,8 +100,17 @@ def persistent_pipeline(blocks_per_sm: int, cooperative: bool) -> str:
 
         def device():
             from .body_function import check_body_shared_memory
+            from .warp_masks import SafeWarpMasks
 
-            passes = [finalize_device(), check_body_shared_memory]
+            # the warp masks of every kernel of the module (ordinary calls too): after
+            # LowerWarpMemory, which emits shuffles of its own (run again by TVM's
+            # finalization, where it finds nothing left), before LowerIntrin
+            passes = [
+                tirx.transform.LowerWarpMemory(),
+                SafeWarpMasks,
+                finalize_device(),
+                check_body_shared_memory,
+            ]
             if cooperative:
                 passes.append(MarkCooperativeLaunch())
             if blocks_per_sm > 0:
