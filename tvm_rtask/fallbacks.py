@@ -58,6 +58,11 @@ CPU_CHECK_SKIPPED = "CPU check skipped"
 
 LOGGER = logging.getLogger("tvm_rtask")
 
+# Fallbacks that cost only compile time or are a heuristic's deliberate choice: listed in the
+# plan's report like every other, logged at INFO rather than WARNING (a user compiling a model
+# should not read a warning for a body the build made itself a moment later)
+QUIET_KINDS = frozenset({BUILT_LATE, LAYOUT_KEPT})
+
 _ACTIVE: contextvars.ContextVar[tuple[list[dict], ...]] = contextvars.ContextVar(
     "tvm_rtask_fallbacks", default=()
 )
@@ -69,7 +74,8 @@ def _note(kind: str, subject: str, reason: str) -> dict:
 
 
 def note_fallback(kind: str, subject: str, reason: str) -> None:
-    """Log at WARNING on the 'tvm_rtask' logger ("<kind> for <subject>: <reason>") and append
+    """Log at WARNING (INFO for :data:`QUIET_KINDS`) on the 'tvm_rtask' logger ("<kind> for
+    <subject>: <reason>") and append
     {"kind", "subject", "reason"} to the innermost active collection, if any.
 
     The note also reaches every enclosing collection (an outer compile sees what its parts
@@ -80,7 +86,8 @@ def note_fallback(kind: str, subject: str, reason: str) -> None:
     active = _ACTIVE.get()
     if active and note in active[-1]:
         return
-    LOGGER.warning("%s for %s: %s", note["kind"], note["subject"], note["reason"])
+    level = logging.INFO if kind in QUIET_KINDS else logging.WARNING
+    LOGGER.log(level, "%s for %s: %s", note["kind"], note["subject"], note["reason"])
     for collection in active:
         if note not in collection:
             collection.append(note)
