@@ -15,8 +15,9 @@ which prints, for example::
     [12:00:02] tvm_rtask INFO: prepare/fuse ...
     ...
 
-(``python -m tvm_rtask.demo -v`` shows them; the ``tvm-rtask`` command line has no ``-v``
-flag, enable the logger as above when calling the API.)
+(``python -m tvm_rtask.demo -v`` and ``tvm-rtask -v COMMAND`` show them.) Without ``-v``,
+the command line shows :func:`stage_bar`: one tqdm bar over the same stages, on a terminal
+only, and only once a compile has run for a few seconds.
 
 :func:`quiet_tvm_warnings` drops two C++ ``LOG(WARNING)`` lines that TVM writes to file
 descriptor 2 and that say nothing about the user's model; see ``KNOWN_TVM_WARNINGS``.
@@ -41,6 +42,7 @@ __all__ = [
     "pass_stages",
     "quiet_tvm_warnings",
     "stage",
+    "stage_bar",
 ]
 
 logger = logging.getLogger("tvm_rtask")
@@ -76,6 +78,52 @@ def stage(name: str, level: int = logging.INFO) -> Iterator[None]:
         logger.log(level, "%s failed after %.2f s", name, time.perf_counter() - start)
         raise
     logger.log(level, "%s done in %.2f s", name, time.perf_counter() - start)
+
+
+# The stages a compile logs, in order (stage_bar counts them)
+COMPILE_STAGES = ("import", "prepare/fuse", "plan", "lower", "build")
+
+
+class _BarHandler(logging.Handler):
+    """Advances a tqdm bar by one at each ``"<stage> done in X s"`` record."""
+
+    def __init__(self, bar, stages: tuple[str, ...]) -> None:
+        super().__init__(logging.DEBUG)
+        self.bar = bar
+        self.stages = stages
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        name = message.partition(" ...")[0] if message.endswith(" ...") else None
+        if name in self.stages:
+            self.bar.set_description(name)
+        elif any(message.startswith(f"{s} done in ") for s in self.stages):
+            self.bar.update(1)
+
+
+@contextlib.contextmanager
+def stage_bar(stages: tuple[str, ...] = COMPILE_STAGES, delay: float = 3.0) -> Iterator[None]:
+    """A tqdm progress bar over ``stages`` (the log's stage names) on stderr, shown only
+    when stderr is a terminal, the ``tvm_rtask`` logger prints nothing itself (no ``-v``),
+    and the block has run for ``delay`` seconds: a short compile prints nothing."""
+    if not sys.stderr.isatty() or logger.handlers:
+        yield
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(stages), unit="stage", delay=delay, file=sys.stderr, leave=False)
+    handler = _BarHandler(bar, stages)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(min(level or logging.INFO, logging.INFO))
+    logger.propagate, propagate = False, logger.propagate
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        bar.close()
 
 
 # The rTask passes, by the name they are registered with, and the stage each one is.

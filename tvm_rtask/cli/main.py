@@ -471,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log the compiler's stages with their wall times (else: a progress bar on a "
+        "terminal for compiles of more than a few seconds)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("compile", help="compile a model into persistent kernels")
@@ -589,10 +596,14 @@ def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str)
         if not hasattr(args, "extra_args"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.extra_args = extra
+    from .. import progress
     from ..errors import RTaskError
 
+    if getattr(args, "verbose", False):
+        progress.enable()
     try:
-        return int(args.func(args) or 0)
+        with progress.stage_bar():
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
