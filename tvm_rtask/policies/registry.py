@@ -29,6 +29,10 @@ _REGISTRY: dict[str, type[Policy]] = {
 }
 
 
+# the policies that ship with tvm-rtask, by name (register_policy adds others)
+BUILTIN_POLICIES = frozenset(_REGISTRY)
+
+
 def register_policy(cls: type[Policy]) -> type[Policy]:
     """Class decorator: make ``cls`` available to ``get_policy(cls.name)``."""
     if not cls.name:
