@@ -102,7 +102,8 @@ def try_rules(
     return None
 
 
-def _loads(expr, buffer) -> list:
+def loads_of(expr, buffer) -> list:
+    """Every load of ``buffer`` in ``expr`` (a statement or an expression)."""
     found = []
 
     def visit(load):
@@ -166,7 +167,7 @@ def can_reverse_inline(sch: s_tir.Schedule, producer, consumer) -> bool:
     shape = [_int(d) for d in buffer.shape]
     if not _writes_whole(prod, shape):
         return False
-    loads = _loads(cons.body, buffer)
+    loads = loads_of(cons.body, buffer)
     if not loads or len(cons.iter_vars) != len(shape):
         return False
     for load in loads:

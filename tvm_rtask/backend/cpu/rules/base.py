@@ -19,7 +19,7 @@ from tvm.target import Target
 
 from ....tir.analysis import block_iterator_kinds
 from ....tir.common import root_children, substitute_vars
-from ....tir.rules import inline_epilogue_chain
+from ....tir.rules import inline_epilogue_chain, loads_of
 from ....tir.schedule import schedule_of
 from .fast_math import calls_transcendental
 
@@ -242,14 +242,7 @@ def _reads_in_place(sch: s_tir.Schedule, tail, writeback) -> bool:
     buffer = sch.get(writeback).writes[0].source
     stmt = sch.get(tail)
     spatial = [iv.var for iv in stmt.iter_vars if int(iv.iter_type) == 0]
-    loads = []
-
-    def visit(load):
-        if load.source.same_as(buffer):
-            loads.append(load)
-        return load
-
-    tvm_ffi.structural_map(stmt.body, (TensorLoad, visit))
+    loads = loads_of(stmt.body, buffer)
     # an axis read at a constant is a broadcast (the squeeze-and-excitation scale [n, c, 0, 0]
     # over the pixels): every instance of the tile reads the one element the tile wrote
     return bool(loads) and all(
@@ -499,21 +492,15 @@ def narrow_last_tile(func: tirx.PrimFunc, tile_var: tirx.Var, tile: int, extent:
 
 def _used_in(stmt, buffer) -> bool:
     """Whether ``stmt`` loads or stores ``buffer`` (its allocation alone does not count)."""
-    found = []
-
-    def load(node):
-        if node.source.same_as(buffer):
-            found.append(node)
-        return node
+    stores = []
 
     def store(node):
         if node.buffer.same_as(buffer):
-            found.append(node)
+            stores.append(node)
         return node
 
-    tvm_ffi.structural_map(stmt, (TensorLoad, load))
     tvm_ffi.structural_map(stmt, (tirx.BufferStore, store))
-    return bool(found)
+    return bool(stores or loads_of(stmt, buffer))
 
 
 def with_last_tile_shifted(sch: s_tir.Schedule, tile_loop, tile: int, extent: int):

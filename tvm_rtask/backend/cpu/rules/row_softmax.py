@@ -28,9 +28,9 @@ import math
 
 import tvm_ffi
 from tvm import s_tir, te, tirx
-from tvm.ir import TensorLoad
 from tvm.target import Target
 
+from ....tir.rules import loads_of
 from ....tir.schedule import schedule_of
 from .base import CPUScheduleRule, loop_var_of, overlap_last_tile, vector_lanes
 
@@ -73,14 +73,7 @@ def _reduces_last_axis(block: s_tir.SBlock, source) -> bool:
     a softmax over the last axis from one over an axis of the same length (fuzzing found it)."""
     spatial = [iv.var for iv in block.iter_vars if int(iv.iter_type) == 0]
     reduce = [iv.var for iv in block.iter_vars if int(iv.iter_type) == 2]
-    loads = []
-
-    def visit(load):
-        if load.source.same_as(source):
-            loads.append(load)
-        return load
-
-    tvm_ffi.structural_map(block.body, (TensorLoad, visit))
+    loads = loads_of(block.body, source)
     if len(reduce) != 1 or not loads:
         return False
     expected = [*spatial, reduce[0]]
