@@ -24,7 +24,12 @@ from tvm.script import tirx as T
 import tvm_rtask
 from tvm_rtask.relax_passes.fuse import prepare_pipeline
 from tvm_rtask.tir.common import gather_covering, gather_under_anchor, root_children
-from tvm_rtask.tir.coverage import covers_domain, uncovered_blocks, unwritten_outputs
+from tvm_rtask.tir.coverage import (
+    covers_domain,
+    repeated_blocks,
+    uncovered_blocks,
+    unwritten_outputs,
+)
 
 RNG = np.random.default_rng(7)
 
@@ -201,3 +206,47 @@ def test_a_main_part_and_a_tail_write_the_output_together():
 
 def test_a_missing_tail_is_an_unwritten_output():
     assert unwritten_outputs(tail_missing) == ["main"]
+
+
+@T.prim_func(s_tir=True)
+def _row_max_then_strided(a: T.Buffer((2, 4, 4), "float32"), c: T.Buffer((2, 2, 2), "float32")):
+    """A maximum over the channels read at every other row and column, per channel: a
+    softmax's statistics read by the strided slice the CPU backend makes of a stride-2 1x1
+    convolution (the defect found by the differential fuzzer)."""
+    m = T.sblock_alloc_buffer((4, 4))
+    for h, w, k in T.grid(4, 4, 2):
+        with T.sblock("channel_max"):
+            vh, vw, vk = T.axis.remap("SSR", [h, w, k])
+            with T.init():
+                m[vh, vw] = T.float32(-1e30)
+            m[vh, vw] = T.max(m[vh, vw], a[vk, vh, vw])
+    for ch, y, x in T.grid(2, 2, 2):
+        with T.sblock("strided"):
+            vc, vy, vx = T.axis.remap("SSS", [ch, y, x])
+            c[vc, vy, vx] = a[vc, vy * 2, vx * 2] - m[vy * 2, vx * 2]
+
+
+def test_a_strided_consumer_under_the_anchor_repeats_and_is_seen():
+    sch = s_tir.Schedule(_row_max_then_strided)
+    assert gather_under_anchor(sch)  # TVM accepts the move...
+    func = sch.mod["main"]
+    assert uncovered_blocks(func) == []  # ...every output element is written...
+    # ...but each is written in two iterations, one of which did not make its input
+    assert repeated_blocks(func, {"strided"}) == ["strided"]
+    assert repeated_blocks(func, {"channel_max"}) == []
+    a = RNG.standard_normal((2, 4, 4)).astype("float32")
+    c = tvm.runtime.tensor(np.zeros((2, 2, 2), "float32"))
+    tvm.compile(func, "llvm")(tvm.runtime.tensor(a), c)
+    wrong = c.numpy() != (a - a.max(axis=0))[:, ::2, ::2]
+    assert wrong.any()  # TVM allocates the maxima inside the loop: a repeat reads a stale one
+
+
+def test_gather_covering_puts_a_strided_consumer_last():
+    sch, loops = gather_covering(s_tir.Schedule(_row_max_then_strided))
+    func = sch.mod["main"]
+    assert loops and unwritten_outputs(func) == []
+    assert repeated_blocks(func, {"strided"}) == []
+    a = RNG.standard_normal((2, 4, 4)).astype("float32")
+    c = tvm.runtime.tensor(np.zeros((2, 2, 2), "float32"))
+    tvm.compile(func, "llvm")(tvm.runtime.tensor(a), c)
+    np.testing.assert_array_equal(c.numpy(), (a - a.max(axis=0))[:, ::2, ::2])

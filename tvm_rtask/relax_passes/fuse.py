@@ -24,6 +24,7 @@ from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
 from .fallback_notes import with_notes
 from .fold_layout_transforms import FoldConstantLayoutTransforms
 from .fold_pad import FoldPadIntoConv
+from .merged_reads import MergedParamReads
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stacked_sum import StackedSumToAdd
 from .stitch import StitchFusion
@@ -77,7 +78,7 @@ class FuseKeepingWaves:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         mod = _mark_joins_opaque(mod)
         mod = relax.transform.FuseOps()(mod)
-        mod = relax.transform.FuseTIR()(mod)
+        mod = MergedParamReads()(relax.transform.FuseTIR()(mod))
         return relax.transform.DeadCodeElimination()(mod)
 
 

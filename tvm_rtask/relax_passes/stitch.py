@@ -17,6 +17,7 @@ from tvm import relax
 
 from ..core import get_spec
 from .dataflow import as_tir_call, handle, main_dataflow, replace_block
+from .merged_reads import MergedParamReads
 from .stitch_graph import OpGraph
 from .stitch_ilp import Selection, fused_graph, ilp_select
 from .stitch_patterns import Limits, Pattern, candidate_patterns, outputs, to_mask
@@ -130,5 +131,5 @@ class StitchFusion:
         if not selection.patterns:
             return mod
         mod = realise(mod, graph, selection.patterns)
-        mod = relax.transform.FuseTIR()(mod)
+        mod = MergedParamReads()(relax.transform.FuseTIR()(mod))
         return relax.transform.DeadCodeElimination()(mod)

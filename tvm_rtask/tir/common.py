@@ -10,7 +10,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_sblock_info
 from tvm.tirx import IntImm
 
-from .coverage import uncovered_blocks
+from .coverage import repeated_blocks, uncovered_blocks, unwritten_outputs
 
 
 @dataclass
@@ -82,16 +82,32 @@ def gather_covering(sch: s_tir.Schedule) -> tuple[s_tir.Schedule, list] | None:
     instance that reads none of it is lost: a ``nn.pad`` fused after a convolution writes a
     border that reads no convolution output, and that border was never written (garbage and
     NaN in a real model, ``docs/findings.md``, "Unwritten memory"). When a block no longer
-    covers its domain, the nest is the last block's instead and every other block is moved
-    before it with ``compute_at``, which computes the region its consumers need.
+    covers its domain, or a moved consumer runs an instance more than once (its reads do not
+    map one to one onto the anchor's iterations, and the repeats read stale values:
+    :func:`~.coverage.repeated_blocks`), the nest is the last block's instead and every other
+    block is moved before it with ``compute_at``, which computes the region its consumers
+    need (only that: a producer of an intermediate may compute part of its domain, so there
+    only the function's outputs must be written whole).
     """
-    for gather in (gather_under_anchor, gather_under_last):
+    blocks = root_children(sch)
+    consumers = {str(sch.get(b).name_hint) for b in blocks[_anchor_index(sch, blocks) + 1 :]}
+
+    def anchored_whole(func) -> bool:
+        return not uncovered_blocks(func) and not repeated_blocks(func, consumers)
+
+    def outputs_whole(func) -> bool:
+        return not unwritten_outputs(func)
+
+    for gather, whole in (
+        (gather_under_anchor, anchored_whole),
+        (gather_under_last, outputs_whole),
+    ):
         trial = sch.copy()
         try:
             loops = gather(trial)
         except s_tir.ScheduleError:
             continue
-        if loops and not uncovered_blocks(trial.mod["main"]):
+        if loops and whole(trial.mod["main"]):
             return trial, loops
     return None
 
@@ -105,9 +121,13 @@ def gather_under_anchor(sch: s_tir.Schedule) -> list | None:
     may no longer cover its domain: :func:`gather_covering` checks.
     """
     blocks = root_children(sch)
+    return _gather_under(sch, blocks, _anchor_index(sch, blocks))
+
+
+def _anchor_index(sch: s_tir.Schedule, blocks: list) -> int:
+    """The first root block that is not injective (0 when all are)."""
     infos = [get_sblock_info(sch, b) for b in blocks]
-    anchor_index = next((i for i, b in enumerate(infos) if not b.is_injective()), 0)
-    return _gather_under(sch, blocks, anchor_index)
+    return next((i for i, b in enumerate(infos) if not b.is_injective()), 0)
 
 
 def gather_under_last(sch: s_tir.Schedule) -> list | None:
@@ -127,9 +147,11 @@ def _gather_under(sch: s_tir.Schedule, blocks: list, anchor_index: int) -> list 
     if not _linked_to_anchor(sch, blocks, anchor_index):
         return None
     depth = len(prefix)
-    for i, block in enumerate(blocks):
-        if i == anchor_index:
-            continue
+    # producers nearest first (compute_at wants a block's consumers already under the loop),
+    # then consumers nearest first (reverse_compute_at wants its producers there)
+    order = [*range(anchor_index - 1, -1, -1), *range(anchor_index + 1, len(blocks))]
+    for i in order:
+        block = blocks[i]
         move = sch.reverse_compute_at if i > anchor_index else sch.compute_at
         for d in range(depth - 1, -1, -1):
             try:

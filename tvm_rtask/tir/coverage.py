@@ -67,6 +67,49 @@ def uncovered_blocks(func: tirx.PrimFunc) -> list[str]:
     return [str(r.block.name_hint) for r, loops in block_nests(func) if not covers(r, loops)]
 
 
+def repeated_blocks(func: tirx.PrimFunc, names: set[str]) -> list[str]:
+    """Names (of ``names``) of the blocks of ``func`` some instance of which runs more than
+    once, or whose count of instances cannot be told.
+
+    ``reverse_compute_at`` places a consumer whose reads do not map one to one onto the
+    anchor's iterations (a strided slice of a softmax) in every iteration that might make
+    its input, so an instance runs again in iterations that do not; TVM then allocates the
+    intermediate inside the loop (``PlanAndUpdateBufferAllocationLocation``), and the repeat
+    reads what another iteration left there (``docs/findings.md``, "Unwritten memory")."""
+    found = []
+    for realize, loops in block_nests(func):
+        name = str(realize.block.name_hint)
+        if name in names and _instances(realize, loops) != _domain_size(realize.block):
+            found.append(name)
+    return found
+
+
+def _domain_size(block) -> int | None:
+    extents = [_int(iv.dom.extent) for iv in block.iter_vars]
+    return None if None in extents else int(np.prod(extents, dtype=np.int64))
+
+
+def _instances(realize, loops) -> int | None:
+    """How many times ``realize``'s block runs under ``loops`` (its predicate counted)."""
+    extents = [_int(f.extent) for f in loops]
+    if None in extents:
+        return None
+    total = int(np.prod(extents, dtype=np.int64))
+    predicate = realize.predicate
+    if isinstance(predicate, tirx.IntImm) and predicate.value:
+        return total
+    grid = _loop_grid(loops, [predicate])
+    if grid is None:
+        return None
+    env, full = grid
+    try:
+        kept = int(np.broadcast_to(np.asarray(_evaluate(predicate, env), dtype=bool), full).sum())
+    except NotImplementedError:
+        return None
+    used = int(np.prod(full, dtype=np.int64)) if full else 1
+    return kept * (total // used)
+
+
 def unwritten_outputs(func: tirx.PrimFunc) -> list[str]:
     """Names of the blocks of a scheduled ``func`` that write one of its parameters where,
     together with the other blocks writing it, they leave part of it unwritten. A block that
