@@ -1,5 +1,6 @@
 """The package's layers hold: no module imports a package above its own layer (lazy imports
-inside functions included), and module-level imports form no cycle.
+inside functions included), and module-level imports form no cycle. The checkout's benchmark
+package ``bench/`` is read too: it sits above the models and the test helpers it measures.
 
 Read from the source with ``ast`` (nothing is imported), so a new upward arrow fails here
 before it becomes an import cycle at run time.
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import networkx as nx
 
-ROOT = Path(__file__).resolve().parents[1] / "tvm_rtask"
+CHECKOUT = Path(__file__).resolve().parents[1]
+ROOT = CHECKOUT / "tvm_rtask"
+BENCH = CHECKOUT / "bench"
 
 # Lowest first. A package may import from its own layer and the layers below it.
 LAYERS = [
@@ -24,10 +27,12 @@ LAYERS = [
     ["relax_passes"],
     ["runtime", "tuning"],
     ["api", "<package>"],
-    # test helpers (onnx's light models, seeded weights, random graphs): the models build on
-    # them; the benchmark method (timing, process isolation) is bench/peers.py, not here
+    ["models"],  # the zoo, torchvision's architectures, onnx's light models, seeded weights
+    # test helpers: references (ONNX Runtime, TVM's build), random graphs
     ["testing"],
-    ["cli", "models", "demo", "tvmc"],
+    # the benchmark package of the checkout (timing, process isolation, the GPU window)
+    ["bench"],
+    ["cli", "demo", "tvmc"],
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 PURE = {"core", "policies"}  # must not import TVM's compiler at module level
@@ -35,11 +40,12 @@ PURE = {"core", "policies"}  # must not import TVM's compiler at module level
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for path in ROOT.rglob("*.py"):
-        parts = ["tvm_rtask", *path.relative_to(ROOT).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
+    for name, root in (("tvm_rtask", ROOT), ("bench", BENCH)):
+        for path in root.rglob("*.py"):
+            parts = [name, *path.relative_to(root).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
     return out
 
 
@@ -48,6 +54,8 @@ MODULES = _modules()
 
 def _package(module: str) -> str:
     parts = module.split(".")
+    if parts[0] == "bench":
+        return "bench"
     return parts[1] if len(parts) > 1 else "<package>"
 
 
@@ -64,14 +72,14 @@ def _imports(module: str, path: Path, module_level_only: bool):
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if not target.startswith("tvm_rtask"):
+            if not target.startswith(("tvm_rtask", "bench")):
                 continue
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 yield (sub if sub in MODULES else target), node.lineno
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith("tvm_rtask"):
+                if alias.name.startswith(("tvm_rtask", "bench")):
                     yield alias.name, node.lineno
 
 
@@ -122,3 +130,12 @@ def test_an_upward_import_is_caught(tmp_path):
     targets = [t for t, _ in _imports("tvm_rtask.core.bad", bad, module_level_only=False)]
     assert targets == ["tvm_rtask.backend"]
     assert LAYER[_package(targets[0])] > LAYER["core"]
+
+
+def test_bench_is_read_and_sits_above_the_helpers(tmp_path):
+    assert "bench.peers" in MODULES and "tvm_rtask.testing.onnx_light" in MODULES
+    bad = tmp_path / "bad.py"
+    bad.write_text("from bench import peers\n")
+    targets = [t for t, _ in _imports("tvm_rtask.testing.bad", bad, module_level_only=False)]
+    assert targets == ["bench.peers"]
+    assert LAYER[_package(targets[0])] > LAYER["testing"] > LAYER["models"]

@@ -83,7 +83,7 @@ def onnx_model(name: str, batch: int = 1, reduced: bool = False, seed: int = 0, 
 
 def sample_inputs(model, seed: int = 1) -> dict:
     """Seeded standard-normal arrays for every input of an ONNX model, by input name."""
-    from ..testing.onnx_light import random_inputs
+    from .onnx_light import random_inputs
 
     return random_inputs(model, seed=seed)
 

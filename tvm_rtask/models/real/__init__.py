@@ -11,7 +11,7 @@ a one-time exporter (removed; git history keeps ``bench/export_real_models.py``)
 
 The files hold no weights: each weight is a ``ConstantOfShape`` node of its shape, which
 :func:`load_real_model` replaces by seeded random values (He-scaled convolutions and dense
-layers, normalisation scales near one: ``tvm_rtask.testing.onnx_light.materialize_weights``),
+layers, normalisation scales near one: ``tvm_rtask.models.onnx_light.materialize_weights``),
 so no PyTorch is needed to use them. ``models.json`` next to this file lists each model's
 input, output, configuration, operator counts and the torchvision version.
 
@@ -96,7 +96,7 @@ def load_real_model(name: str, size: str = "reduced", seed: int = 0):
     """
     import onnx
 
-    from ...testing.onnx_light import materialize_weights
+    from ..onnx_light import materialize_weights
 
     model = onnx.load(real_model_path(name, size))
     materialize_weights(model, seed)
@@ -106,6 +106,6 @@ def load_real_model(name: str, size: str = "reduced", seed: int = 0):
 
 def sample_inputs(model, seed: int = 1):
     """Seeded standard-normal values for the model's input, by name."""
-    from ...testing.onnx_light import random_inputs
+    from ..onnx_light import random_inputs
 
     return random_inputs(model, seed=seed)
