@@ -16,9 +16,15 @@ def test_compile_with_plan_returns_the_plan_it_built():
 
 
 def test_lower_then_build_is_compile():
+    import tvm_ffi
+
+    from tvm_rtask.relax_passes import plan_of
+
     lowered = tvm_rtask.lower(TwoBranches, "llvm", num_veu=2)
+    tvm_ffi.structural_hash(lowered)  # the plan is plain data in an attribute
     ex, plan = tvm_rtask.build(lowered, "llvm")
     assert plan.vdevice.num_veu == 2 and ex is not None
+    assert plan.to_json() == plan_of(lowered).to_json()
 
 
 def test_build_needs_a_lowered_module():
@@ -40,12 +46,11 @@ def test_policy_options_reach_plan():
 
 def test_a_replan_and_the_builds_fallbacks_are_in_the_plan_returned(monkeypatch):
     """The backend asks for one more plan (as CUDA does after a spill): the plan returned
-    lists the replan, and a fallback the build takes is added to it (to a copy: the Plan
-    that Plan.from_json shares for the module's JSON keeps only planning's)."""
+    lists the replan, and a fallback the build takes is added to it (the module's JSON
+    keeps only planning's)."""
     from tvm_rtask.backend.cpu.backend import CPUBackend
-    from tvm_rtask.core import Plan
     from tvm_rtask.fallbacks import BUILT_LATE, REPLANNED, note_fallback
-    from tvm_rtask.relax_passes import PLAN_ATTR
+    from tvm_rtask.relax_passes import plan_of
 
     asked = []
 
@@ -68,4 +73,4 @@ def test_a_replan_and_the_builds_fallbacks_are_in_the_plan_returned(monkeypatch)
     (replan,) = [f for f in plan.fallbacks if f["kind"] == REPLANNED]
     assert replan["subject"] == "the llvm plan" and "{'num_veu': 1}" in replan["reason"]
     lowered = tvm_rtask.lower(TwoBranches, "llvm", num_veu=1)
-    assert Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True).fallbacks == []
+    assert plan_of(lowered).fallbacks == []

@@ -14,7 +14,7 @@ from .core import Plan
 from .errors import PlanError, run_keeping_errors
 from .fallbacks import REPLANNED, collecting_fallbacks, note_fallback
 from .options import RTaskOptions
-from .relax_passes import PLAN_ATTR, rtask_pipeline
+from .relax_passes import plan_of, rtask_pipeline
 from .relax_passes.fallback_notes import merge_notes
 from .relax_passes.pipeline import RTaskPipeline
 from .runtime import profiler as _profiler  # noqa: F401 - registers cost="measured"
@@ -45,7 +45,7 @@ def plan(mod, target="llvm", policy: str | None = None, **options) -> Plan:
     seq = RTaskPipeline(target, ("prepare", "plan"), **_options(policy, None, options))
     with progress.pass_stages():
         planned = run_keeping_errors(seq, mod)
-    result = Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)
+    result = plan_of(planned)
     progress.log_plan(result)
     return result
 
@@ -127,9 +127,9 @@ def build(lowered: tvm.IRModule, target="llvm"):
     ``fallbacks`` (``report()["fallbacks"]``) are those of planning, then the build's own
     (an llvm body the early build did not deliver, built late)."""
     tvm_target = as_target(target)
-    if lowered.attrs is None or PLAN_ATTR not in lowered.attrs:
+    planned = plan_of(lowered)
+    if planned is None:
         raise PlanError("build needs a module from tvm_rtask.lower (it has no rtask.plan)")
-    planned = Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True)
     options = RTaskOptions.from_dict(planned.options)
     progress.log_plan(planned, "build")
     # the build's fallbacks come after the plan is in the module: added to the Plan returned
@@ -139,7 +139,7 @@ def build(lowered: tvm.IRModule, target="llvm"):
 
 
 def _with_fallbacks(plan: Plan, notes: list[dict]) -> Plan:
-    """``plan`` with ``notes`` after its own fallbacks: a copy, as ``plan`` may be the one
-    ``Plan.from_json`` shares (itself when there is nothing to add)."""
+    """``plan`` with ``notes`` after its own fallbacks (a copy; ``plan`` itself when there is
+    nothing to add)."""
     merged = merge_notes(plan.fallbacks, notes)
     return plan if merged == plan.fallbacks else replace(plan, fallbacks=merged)

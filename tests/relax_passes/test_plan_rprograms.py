@@ -106,3 +106,22 @@ def test_the_prepare_phases_fallbacks_come_first_in_the_plan(monkeypatch):
     kept = {"kind": LAYOUT_KEPT, "subject": "the model's convolutions", "reason": "a test says so"}
     assert FALLBACKS_ATTR in prepared.attrs and noted_in(prepared) == [kept]
     assert _plan(prepared, num_veu=2).fallbacks[0] == kept
+
+
+def test_the_plan_travels_with_the_module():
+    """The plan is JSON in the module's attribute, and the module stays an ordinary IRModule
+    (it hashes); ``plan_of`` rebuilds it, also from an edited JSON."""
+    import json
+
+    import tvm_ffi
+
+    from tvm_rtask.relax_passes import plan_of
+
+    planned = PlanRPrograms("llvm", num_veu=2)(RTaskPrepare()(TwoBranches))
+    tvm_ffi.structural_hash(planned)
+    plan = plan_of(planned)
+    assert plan.to_json() == str(planned.attrs[PLAN_ATTR])
+    edited = json.loads(str(planned.attrs[PLAN_ATTR]))
+    edited["policy"] = "edited"
+    assert plan_of(planned.with_attr(PLAN_ATTR, json.dumps(edited))).policy == "edited"
+    assert plan_of(tvm.IRModule({})) is None

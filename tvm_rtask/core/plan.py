@@ -204,28 +204,12 @@ class Plan:
         )
 
     def to_json(self, indent: int | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=indent)
-        _RECENT[text] = self
-        while len(_RECENT) > _RECENT_KEPT:
-            _RECENT.pop(next(iter(_RECENT)))
-        return text
+        return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_json(cls, s: str, shared: bool = False) -> Plan:
-        """The plan written as ``s``. With ``shared``, a plan this process wrote as exactly
-        ``s`` lately is returned itself instead of rebuilt (rebuilding replays every append:
-        seconds for 30,000 rTasks); callers that share it must not modify it."""
-        if shared:
-            known = _RECENT.get(s)
-            if known is not None:
-                return known
+    def from_json(cls, s: str) -> Plan:
+        """The plan written as ``s`` (:meth:`to_json`)."""
         return cls.from_dict(json.loads(s))
-
-
-# Plans lately written by to_json, by their text: PlanRPrograms stores the plan as JSON in a
-# module attribute, and LowerRPrograms and compile() read it back in the same process.
-_RECENT: dict[str, Plan] = {}
-_RECENT_KEPT = 4
 
 
 def _step_ops(step: Step) -> list[str]:

@@ -4,7 +4,7 @@ from .extract import ExtractedGraph, extract_graph
 from .fuse import FuseKeepingWaves, RTaskPrepare, prepare_pipeline
 from .lower_rprograms import LowerRPrograms
 from .pipeline import rtask_pipeline
-from .plan_rprograms import PLAN_ATTR, PlanRPrograms, as_target
+from .plan_rprograms import PLAN_ATTR, PlanRPrograms, as_target, plan_of, with_plan
 from .stitch import StitchFusion
 from .stitch_patterns import Limits as StitchLimits
 
@@ -19,6 +19,8 @@ __all__ = [
     "StitchLimits",
     "as_target",
     "extract_graph",
+    "plan_of",
     "prepare_pipeline",
     "rtask_pipeline",
+    "with_plan",
 ]

@@ -89,7 +89,7 @@ class IOSOperatorMerge:
 
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        from .plan_rprograms import PLAN_ATTR, PlanRPrograms, plan_options
+        from .plan_rprograms import PlanRPrograms, plan_of, plan_options
 
         self.last_chosen = []
         options = plan_options(self.options, ctx, self.target)
@@ -105,7 +105,7 @@ class IOSOperatorMerge:
         # this plan only gives the DP its graph and vDevice (it compares with self.cost):
         # cost="measured" would time the tagged copy's kernels for nothing
         planned = PlanRPrograms(self.target, options=replace(options, cost="analytical"))(prepared)
-        plan = Plan.from_json(str(planned.attrs[PLAN_ATTR]), shared=True)
+        plan = plan_of(planned)
         tags = _operator_tags(prepared, plan)
         merges = {op: (group, scale) for op, (group, scale, _) in tags.items()}
         # the DP sees the segments the final plan will have (the same rProgram limits)

@@ -21,7 +21,7 @@ from ..tir.common import TensorDecl
 from .dataflow import replace_block, static_shape
 from .extract import ExtractedGraph, extract_graph
 from .nan_fill import FillOutputsWithNaN
-from .plan_rprograms import PLAN_ATTR
+from .plan_rprograms import plan_of
 
 
 def _decl(name: str, expr: relax.Expr) -> TensorDecl:
@@ -114,9 +114,9 @@ class LowerRPrograms:
 
     @remember_errors
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        if mod.attrs is None or PLAN_ATTR not in mod.attrs:
+        plan = plan_of(mod)
+        if plan is None:
             raise PlanError("LowerRPrograms needs a plan: run PlanRPrograms first")
-        plan = Plan.from_json(str(mod.attrs[PLAN_ATTR]), shared=True)
         options = RTaskOptions.from_dict(plan.options)
         if not plan.target:
             raise PlanError("the plan names no target: make it with PlanRPrograms")

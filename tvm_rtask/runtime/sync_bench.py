@@ -165,13 +165,13 @@ def _plan(graph: RGraph, vdevice, options, target, variant: str) -> Plan:
 
 def _lowered(variant: str, num_ops: int, target, options, num_veu: int | None):
     """``(lowered module, plan)`` of one variant."""
-    from ..relax_passes import PLAN_ATTR
+    from ..relax_passes import with_plan
     from ..relax_passes.lower_rprograms import LowerRPrograms
 
     rows = num_veu or 1
     prepared, graph, vdevice = _prepare(_module(num_ops, rows, variant == "chain"), target, options)
     plan = _plan(graph, vdevice, options, target, variant)
-    lowered = LowerRPrograms()(prepared.with_attr(PLAN_ATTR, plan.to_json()))
+    lowered = LowerRPrograms()(with_plan(prepared, plan))
     return lowered, plan
 
 

@@ -52,11 +52,10 @@ def lowered():
 
 
 def _build(lowered, jobs: int):
-    from tvm_rtask.core import Plan
     from tvm_rtask.options import RTaskOptions
-    from tvm_rtask.relax_passes import PLAN_ATTR
+    from tvm_rtask.relax_passes import plan_of
 
-    plan = Plan.from_json(str(lowered.attrs[PLAN_ATTR]), shared=True)
+    plan = plan_of(lowered)
     options = RTaskOptions.from_dict({**plan.options, "cpu_build_jobs": jobs})
     backend = tvm_rtask.backend.get_backend(tvm_rtask.backend.as_target("llvm"))
     return backend.build(lowered, plan, options)
