@@ -36,11 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__GNUC__)
-#define RTASK_EXPORT __attribute__((visibility("default")))
-#else
-#define RTASK_EXPORT
-#endif
+#include "rtask_export.h"
 
 #ifndef TVM_RTASK_RUNTIME_VERSION
 #define TVM_RTASK_RUNTIME_VERSION "0.0.0"

@@ -26,11 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(__GNUC__)
-#define RTASK_EXPORT __attribute__((visibility("default")))
-#else
-#define RTASK_EXPORT
-#endif
+#include "rtask_export.h"
 
 enum { TRACE_WORDS = 8, MAX_DEPTH = 8 };
 
