@@ -110,6 +110,19 @@ RTASK_EXPORT int32_t tvm_rtask_cpu_signal(int32_t* step, int32_t value) {
   return 0;
 }
 
+/*
+ * Nothing, seen from the caller: LLVM cannot look inside, so it must assume the call reads and
+ * writes *workspace.  The CPU dispatcher calls it between two rKernel runs that nothing else
+ * separates (one vEU): without it the workspace never escapes the persistent kernel, the
+ * inlined bodies' per-buffer alias metadata says a producer's stores and the consumer's loads
+ * do not alias, and LLVM folds the consumer's loads to the uninitialised workspace
+ * (docs/findings.md, "Unwritten memory").
+ */
+RTASK_EXPORT int32_t tvm_rtask_cpu_publish(void* workspace) {
+  __asm__ __volatile__("" : : "r"(workspace) : "memory");
+  return 0;
+}
+
 RTASK_EXPORT int32_t tvm_rtask_cpu_status_ok(int32_t* status) {
   return status_failed(status) ? 0 : 1;
 }

@@ -7,6 +7,8 @@ CPU step-array primitives that TVM-generated code calls with ``T.call_extern``:
 - ``int32_t tvm_rtask_cpu_wait(int32_t* step, int32_t target, int32_t* status,
   int64_t timeout_us, int32_t waiter_veu, int32_t target_veu)``
 - ``int32_t tvm_rtask_cpu_status_ok(int32_t* status)``
+- ``int32_t tvm_rtask_cpu_publish(void* workspace)``: does nothing LLVM can see; called
+  between two runs that nothing else separates, so that the workspace they exchange escapes
 - ``int32_t tvm_rtask_cpu_ensure_workers(int32_t num_veu)``: called by every CPU dispatcher
   before its parallel launch; makes the calling thread's TVM thread pool run at least
   ``num_veu`` workers (through TVM's global functions, found with ``dlsym``); 0 when it

@@ -353,6 +353,77 @@ REGRESSIONS: list[Regression] = [
         found="issue 47, test_fuzz_many with RTASK_FUZZ_SEED=3 (working tree at 18aad2c and "
         "ac18016), shrunk by hypothesis",
     ),
+    # One vEU, any policy that puts two dependent operators in one rProgram (wavefront, auto),
+    # fusion="none": every output 6.0 (relu -> relu6; fine or global barriers). The shared
+    # workspace was a stack allocation that never escaped the persistent kernel and no call
+    # separated the two runs: LLVM inlined both body functions and, trusting TVM's
+    # per-buffer alias metadata, folded relu6's loads to the uninitialised workspace (the
+    # generated function stored splat(6.0)). Fixed by tvm_rtask_cpu_publish between runs
+    # (backend/cpu/dispatch.py). Found by test_fuzz_many (RTASK_FUZZ_SEED=11).
+    Regression(
+        name="one_veu_relu_then_relu6",
+        spec=GraphSpec(
+            input_shape=(1, 4, 8),
+            steps=(
+                Step("act", src=0, name="relu"),
+                Step("add", src=1, other=0),
+                Step("act", src=2, name="relu6"),
+            ),
+            outputs=(3,),
+            seed=0,
+        ),
+        options={
+            "fusion": "none",
+            "policy": "auto",
+            "cpu_layout": "nchw",
+            "num_veu": 1,
+            "barrier": "fine",
+        },
+        found="issue 47, test_fuzz_many RTASK_FUZZ_SEED=11 RTASK_FUZZ_EXAMPLES=2500 (5cf7d41)",
+        target="llvm",  # LLVM's optimisations are the point: at opt-level 0 it is right
+    ),
+    # The same defect with fuseops: a softmax over channels between two 1x1 convolutions, one
+    # vEU: every output NaN (with the NaN fill). Found by RTASK_FUZZ_SEED=12.
+    Regression(
+        name="one_veu_softmax_between_convs",
+        spec=GraphSpec(
+            input_shape=(1, 6, 3, 3),
+            steps=(
+                Step("act", src=0, name="relu"),
+                Step("softmax", src=1, axis=1),
+                *(
+                    Step(
+                        "conv",
+                        src=src,
+                        out=1,
+                        kernel=(1, 1),
+                        stride=1,
+                        dilation=1,
+                        pad=(0, 0, 0, 0),
+                        pad_kind="same",
+                        explicit_pad=False,
+                        groups=1,
+                        groups_kind="dense",
+                        bias=False,
+                        bn=False,
+                        act=None,
+                    )
+                    for src in (2, 3)
+                ),
+            ),
+            outputs=(4,),
+            seed=0,
+        ),
+        options={
+            "fusion": "fuseops",
+            "policy": "auto",
+            "cpu_layout": "nchw",
+            "num_veu": 1,
+            "barrier": "fine",
+        },
+        found="issue 47, test_fuzz_many RTASK_FUZZ_SEED=12 RTASK_FUZZ_EXAMPLES=2500 (5cf7d41)",
+        target="llvm",  # LLVM's optimisations are the point: at opt-level 0 it is right
+    ),
     # Any graph: one vEU with global barriers did not build on llvm ("Cannot find parallel
     # loop within parallel launch", CodeGenCPU::CreateParallelLaunch). Fixed in e4b7a66.
     Regression(

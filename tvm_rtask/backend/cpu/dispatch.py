@@ -497,14 +497,31 @@ def build_cpu_dispatcher(
             for r in item.ids()
         ]
 
-    def runs(script, veu):
+    shared_workspaces = [
+        *arena_buffers,
+        *(buffers[t.name] for t in code.workspaces if t.name not in placed),
+    ]
+
+    def publish() -> list[tirx.Stmt]:
+        """Calls that make the shared workspaces escape between two runs that no wait or
+        signal separates (``tvm_rtask_cpu_publish``, src/step_array.c): else LLVM, with the
+        body functions inlined, may read a consumer's input before the producer wrote it
+        (found by the differential fuzzer with one vEU; docs/findings.md)."""
+        return [_call("tvm_rtask_cpu_publish", buf.data) for buf in shared_workspaces]
+
+    def runs(script, veu, after_run: bool = False):
         stmts = []
         for item in script:
             if isinstance(item, Run):
                 if item.op in code.elided:
                     continue
+                if after_run:
+                    stmts += publish()
                 stmts += run_stmts(item, veu)
-            elif isinstance(item, Wait):
+                after_run = True
+                continue
+            after_run = False
+            if isinstance(item, Wait):
                 for u, count in item.pairs:
                     wait = _call(
                         "tvm_rtask_cpu_wait",
@@ -561,7 +578,7 @@ def build_cpu_dispatcher(
             # generator drops the extent-1 parallel loop and then fails on a launch point
             # with no parallel loop inside ('Cannot find parallel loop within parallel
             # launch'; found by the differential fuzzer)
-            waves = [runs(wave[0], 0) if wave else None for wave in code.waves]
+            waves = [runs(wave[0], 0, after_run=w > 0) for w, wave in enumerate(code.waves) if wave]
             body = _seq([s for s in waves if s is not None])
         else:
             body = tirx.AttrStmt(_i32(0), "pragma_parallel_launch_point", _i32(1), _seq(loops))
