@@ -86,8 +86,10 @@ def test_tvm_rtask_compile_run_with_report_gantt_and_sources(work):
 def test_models_lists_the_zoo(work):
     d, _ = work
     proc = run("tvm-rtask", "models", cwd=d)
-    assert len(proc.stdout.splitlines()) == 10
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 10 + 15  # the zoo, then torchvision's 15
     assert proc.stdout.startswith("alexnet")
+    assert lines[10].startswith("resnet18") and "torchvision" in lines[10]
 
 
 def test_errors_are_one_line_without_traceback(work):
@@ -241,3 +243,16 @@ def test_unknown_arguments_are_an_error_except_for_bench(capsys):
 
 def test_find_harness_finds_the_checkout():
     assert main_module.find_harness() == REPO / "bench" / "harness.py"
+
+
+def test_torchvision_names_are_models_too():
+    """The public set (tvm_rtask.models.real) by name, as the zoo: loaded with seeded weights
+    (reduced or full size), batch 1 only."""
+    from tvm_rtask.cli.build import load_model
+    from tvm_rtask.cli.errors import CLIError
+
+    loaded = load_model("resnet18", reduced=True)
+    assert loaded.source == {"torchvision": "resnet18", "reduced": True, "seed": 0}
+    assert [list(i.shape) for i in loaded.inputs] == [[1, 3, 32, 32]]
+    with pytest.raises(CLIError, match="batch 1 only"):
+        load_model("resnet18", batch=2)

@@ -150,20 +150,30 @@ def load_model(
     seed: int = 0,
     shape_dict: dict | None = None,
 ) -> LoadedModel:
-    """``spec`` is an ``.onnx`` path or a zoo name; zoo models take batch/reduced/seed."""
+    """``spec`` is an ``.onnx`` path, a zoo name or one of torchvision's classifiers
+    (``tvm_rtask.models.real``, batch 1); zoo and torchvision models take reduced/seed, zoo
+    models batch too."""
     from .. import frontend, models
     from ..errors import FrontendError
+    from ..models.real import REAL_MODELS, load_real_model
 
     if spec in models.names():
         model = models.onnx_model(spec, batch=batch, reduced=reduced, seed=seed)
         mod = frontend.load(model)
         source = {"zoo": spec, "batch": batch, "reduced": reduced, "seed": seed}
         return LoadedModel(spec, mod, model_inputs(mod), model, source)
+    if spec in REAL_MODELS:
+        if batch != 1:
+            raise CLIError(f"{spec!r} (torchvision's architecture) is committed at batch 1 only")
+        model = load_real_model(spec, "reduced" if reduced else "full", seed=seed)
+        mod = frontend.load(model)
+        source = {"torchvision": spec, "reduced": reduced, "seed": seed}
+        return LoadedModel(spec, mod, model_inputs(mod), model, source)
     path = Path(spec)
     if path.suffix.lower() != ".onnx" and not path.exists():
         raise CLIError(
-            f"{spec!r} is neither an .onnx file nor a zoo model; zoo models: "
-            f"{', '.join(models.names())}"
+            f"{spec!r} is neither an .onnx file nor a model name; zoo: "
+            f"{', '.join(models.names())}; torchvision: {', '.join(REAL_MODELS)}"
         )
     import onnx
 

@@ -442,9 +442,13 @@ def cmd_bench(args) -> int:
 
 def cmd_models(args) -> int:
     from .. import models
+    from ..models.real import REAL_MODELS
+    from ..models.real import describe as describe_real
 
     for name in models.names():
         print(f"{name:14s} {models.describe(name)}")
+    for name in REAL_MODELS:
+        print(f"{name:14s} torchvision: {describe_real(name)['summary']}")
     return 0
 
 
