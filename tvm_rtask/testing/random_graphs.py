@@ -133,9 +133,25 @@ def known_bad(options: dict[str, Any]) -> str | None:
 # tests skip them (``assume``) so that a run finds something new instead of the same defect
 # again; each has a strict expected failure in regressions_random_graphs.py, which fails
 # once the defect is fixed (then delete the entry here).
-KNOWN_BAD_GRAPHS: tuple = (
-    # none now; two fusion="stitch" defects at 2 vEUs were until the change that added
+def _stitch_batched_conv_to_tokens(spec: GraphSpec, options: dict, shapes: list[tuple]) -> bool:
+    """A convolution's output of a batch larger than one turned into tokens and reshaped
+    again, stitched into the convolution's kernel and cut into rTasks."""
+    if options.get("fusion") != "stitch" or options.get("num_veu", 1) < 2 or shapes[0][0] < 2:
+        return False
+    convs = {i + 1 for i, s in enumerate(spec.steps) if s.op == "conv"}
+    tokens = {i + 1 for i, s in enumerate(spec.steps) if s.op == "to_tokens" and s["src"] in convs}
+    return any(s.op == "reshape" and s["src"] in tokens for s in spec.steps)
+
+
+KNOWN_BAD_GRAPHS = (
+    # two fusion="stitch" defects at 2 vEUs were here until the change that added
     # relax_passes.merged_reads and tir.coverage.repeated_blocks
+    (
+        _stitch_batched_conv_to_tokens,
+        "fusion='stitch', 2 vEUs: a batch-2 convolution's output to tokens and reshaped, cut "
+        "along the batch: TVM's FlattenBuffer fails ('Divide by zero') on the compacted "
+        "intermediate; the compile fails loudly (no wrong answer)",
+    ),
 )
 
 
