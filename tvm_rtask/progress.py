@@ -57,10 +57,13 @@ def enable(level: int = logging.INFO, stream=None) -> logging.Handler:
     """Print the ``tvm_rtask`` log lines (to ``stream``, default stderr) in TVM's style.
 
     The same as ``logging.basicConfig(level=level)`` restricted to the ``tvm_rtask`` logger;
-    returns the handler, which ``logger.removeHandler`` takes away again.
+    returns the handler, which ``logger.removeHandler`` takes away again. The logger is
+    enabled again if a ``logging.config.dictConfig`` (default ``disable_existing_loggers``)
+    switched it off: asking for the log lines wins.
     """
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
+    logger.disabled = False
     logger.addHandler(handler)
     logger.setLevel(level)
     return handler
