@@ -497,10 +497,9 @@ def build_cpu_dispatcher(
             for r in item.ids()
         ]
 
-    shared_workspaces = [
-        *arena_buffers,
-        *(buffers[t.name] for t in code.workspaces if t.name not in placed),
-    ]
+    # workspaces outside the arenas: allocated on their own before the launch
+    loose = [buffers[t.name] for t in code.workspaces if t.name not in placed]
+    shared_workspaces = [*arena_buffers, *loose]
 
     def publish() -> list[tirx.Stmt]:
         """Calls that make the shared workspaces escape between two runs that no wait or
@@ -562,8 +561,7 @@ def build_cpu_dispatcher(
         )
         pre = pool_check
         body = _seq([*views, *reset, _veu_loop(code.num_veu, per_veu, "veu"), check])
-        loose = [buffers[t.name] for t in code.workspaces if t.name not in placed]
-        shared = [*arena_buffers, *loose, step, status]
+        shared = [*shared_workspaces, step, status]
     elif barrier == "global":
         loops = []
         for w, wave in enumerate(code.waves):
@@ -585,7 +583,7 @@ def build_cpu_dispatcher(
         body = _seq([*views, body])
         # waves joined by TVM's barrier are correct with any pool size: only sized here
         pre = tirx.Evaluate(ensure)
-        shared = [buffers[t.name] for t in code.workspaces if t.name not in placed]
+        shared = loose
     else:
         raise ValueError(f"barrier must be 'fine' or 'global', not {barrier!r}")
 
