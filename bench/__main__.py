@@ -12,6 +12,7 @@ COMMANDS = {
     "peers": ("peers", "CPU latency of tvm-rtask and its peers, each in its own process"),
     "real-set": ("real_set_summary", "the real-model set's table from peers results files"),
     "latency": ("harness", "every configuration of every zoo model, CPU or GPU (the harness)"),
+    "policy-choice": ("policy_choice", "the default policy against sequential and wavefront"),
     "compile": ("cpu_compile_time", "CPU compile time: TVM's build against tvm-rtask's"),
     "ab": ("cpu_ab_commits", "two commits' compiled models timed against each other"),
     "kernels": ("kernel_report", "per operator: TVM's kernel, tvm-rtask's rKernel, PyTorch"),

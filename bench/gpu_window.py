@@ -177,11 +177,13 @@ def numerics_worker(spec: str, gpu: bool, out: Path, exe_cache: str | None = Non
 
         def plain_graph_build():
             with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
-                return tvm_rtask.compile(mod, target)
+                return tvm_rtask.compile(mod, target, policy="wavefront")
 
         builds = {
             "tvm_default": lambda: tvm.compile(mod, target=target),
-            "wavefront_counter": lambda: tvm_rtask.compile(mod, target if gpu else "llvm"),
+            "wavefront_counter": lambda: tvm_rtask.compile(
+                mod, target if gpu else "llvm", policy="wavefront"
+            ),
             "wavefront_cuda_graph": plain_graph_build,
         }
         if gpu and exe_cache and spec.startswith("zoo:"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING
 
+import tvm_rtask.api  # noqa: F401 - registers every backend: their options are rows too
 from tvm_rtask import options
 from tvm_rtask.options import CORE_OPTIONS, backend_options, option_table_markdown
 

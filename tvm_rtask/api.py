@@ -37,7 +37,7 @@ def _options(policy, barrier, options) -> dict:
 def plan(mod, target="llvm", policy: str | None = None, **options) -> Plan:
     """Plan ``mod`` without building it: the rOperator graph, rPrograms and estimates.
 
-    ``policy`` defaults to ``rtask.policy`` from the PassContext, else ``"wavefront"``.
+    ``policy`` defaults to ``rtask.policy`` from the PassContext, else ``"auto"``.
     """
     with progress.importing(mod):
         mod = frontend.load(mod)
@@ -55,7 +55,7 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
 ):
     """Compile ``mod`` into a Relax executable whose operators run as persistent kernels.
 
-    ``policy`` (default ``"wavefront"``) and ``barrier`` (default ``"fine"``) may also come
+    ``policy`` (default ``"auto"``: sequential or wavefront, as the cost model ranks them) and ``barrier`` (default ``"fine"``) may also come
     from PassContext keys ``rtask.policy`` / ``rtask.barrier``. The returned executable runs
     with ``tvm.relax.VirtualMachine(ex, tvm.cpu())``. TVM's CPU thread pool is grown to the
     plan's vEU count, because every vEU must have a worker thread running at the same time.

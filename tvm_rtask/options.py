@@ -106,11 +106,12 @@ class RTaskOptions:
     docs/options.md shows what each changes (generated from these declarations)."""
 
     policy: str = option(
-        "wavefront",
-        values="`wavefront`, `wavefront_global`, `ios`, `opara`, `sequential`",
-        help="Rammer's wavefront packing (fine or global barriers between waves), IOS's DP "
-        'stages, Opara\'s stream order, or one launch per operator ("RammerBase"); see '
-        "[scheduling.md](scheduling.md)",
+        "auto",
+        values="`auto`, `wavefront`, `wavefront_global`, `ios`, `opara`, `sequential`",
+        help="`auto`: whichever of sequential and wavefront the cost model puts first "
+        "(`Plan.report()[\"policy_choice\"]` says why); Rammer's wavefront packing (fine or "
+        "global barriers between waves), IOS's DP stages, Opara's stream order, or one launch "
+        'per operator ("RammerBase"); see [scheduling.md](scheduling.md)',
     )
     # None: the backend's default (its TargetOptions.CORE_DEFAULTS)
     barrier: str | None = option(
@@ -526,6 +527,7 @@ def update_option_table(path: str | Path = OPTIONS_DOC) -> bool:
 if __name__ == "__main__":  # python -m tvm_rtask.options [--update-doc [PATH]]
     import sys
 
+    import tvm_rtask.api  # noqa: F401 - registers every backend, whose options are rows
     from tvm_rtask import options as _options  # the module itself, not this __main__ copy
 
     if sys.argv[1:2] == ["--update-doc"]:

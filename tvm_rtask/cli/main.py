@@ -74,7 +74,12 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 def _option_args(p: argparse.ArgumentParser, policy: bool = True, cost: bool = True) -> None:
     if policy:
-        p.add_argument("--policy", default=None, help="wavefront (default), sequential, ...")
+        p.add_argument(
+            "--policy",
+            default=None,
+            help="auto (default: sequential or wavefront, as the cost model ranks them), "
+            "wavefront, sequential, ...",
+        )
     if cost:
         p.add_argument(
             "--cost",
