@@ -19,6 +19,7 @@ COMMANDS = {
     "sm-map": ("gpu_sm_map", "which SM each block of a co-resident grid runs on (GPU)"),
     "gpu-pack": ("gpu_pack", "the GPU window's two batches, prepared here (make gpu-pack)"),
     "gpu-window": ("gpu_window", "one GPU window; without a GPU its dry run (make gpu-window)"),
+    "gpu-timelines": ("gpu_timelines", "one traced call per model on the GPU (window command 3)"),
     "gpu-check": ("gpu_check", "the gpu-marked tests in short calls, resumable (make gpu-check)"),
 }
 

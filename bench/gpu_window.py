@@ -305,6 +305,11 @@ def prepare(prep: Path, jobs: int, smoke: bool = False) -> int:
         harness += ["--cache-dir", str(prep / "harness-cache"), "--results"]
         harness += [str(prep / "harness.jsonl"), "--fresh", "--no-plot", "--timeout", "3000"]
         cmds.append(harness)
+        # command 3 (bench/gpu_timelines.py): the traced default builds
+        from bench.gpu_timelines import MODELS as TIMELINE_MODELS
+
+        timelines = [sys.executable, "-m", "bench.gpu_timelines", "--compile-only"]
+        cmds += [timelines + [spec] for spec in TIMELINE_MODELS]
     failed = _run_parallel(cmds, jobs, env, log)
     keys = ("model", "ok", "seconds", "inputs_sha", "error")
     for rec in read_jsonl(worker_out):

@@ -96,11 +96,13 @@ def run_in_process(name: str, args: argparse.Namespace) -> dict:
 
 
 def markdown(results: dict, source: str) -> str:
-    head = (f"{results['cpu']}, {results['threads']} threads and as many vEUs, "
+    threads = results["threads"]
+    head = (f"{results['cpu']}, {threads} thread{'s' if threads > 1 else ''} and as many vEUs, "
             f"{results['target']}, batch 1, {results['size']} size; the three builds of a "
             f"model timed interleaved in one fresh process for {results['seconds']:g} s; "
-            f"`{results['command']}` (commit {results['commit']}). Medians in ms. "
-            f"From `{source}`.")  # fmt: skip
+            f"`{results['command']}` (commit {results['commit']}). Medians in ms (interleaved "
+            f"calls start on caches the other builds used: absolute times run higher than "
+            f"back-to-back calls of one build). From `{source}`.")  # fmt: skip
     rows = ["| model | sequential | wavefront | default | default chose | default / better |",
             "|---|---:|---:|---:|---|---:|"]  # fmt: skip
     ratios = []

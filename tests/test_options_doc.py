@@ -15,7 +15,7 @@ def test_the_docs_table_is_the_generated_one():
     assert block is not None, f"{options.OPTIONS_DOC} has no generated options block"
     assert block == option_table_markdown(), (
         "docs/options.md's table differs from the options' declarations: run "
-        "`python -m tvm_rtask.options --update-doc`"
+        "`python -m tvm_rtask.cli.options_doc`"
     )
 
 

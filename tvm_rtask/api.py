@@ -17,6 +17,7 @@ from .options import RTaskOptions
 from .relax_passes import plan_of, rtask_pipeline
 from .relax_passes.fallback_notes import merge_notes
 from .relax_passes.pipeline import RTaskPipeline
+from .runtime import policy_trial
 from .runtime import profiler as _profiler  # noqa: F401 - registers cost="measured"
 from .runtime.config import register_config_options
 
@@ -55,8 +56,9 @@ def compile(  # noqa: A001 - the name users expect, as tvm.compile
 ):
     """Compile ``mod`` into a Relax executable whose operators run as persistent kernels.
 
-    ``policy`` (default ``"auto"``: sequential or wavefront, as the cost model ranks them) and ``barrier`` (default ``"fine"``) may also come
-    from PassContext keys ``rtask.policy`` / ``rtask.barrier``. The returned executable runs
+    ``policy`` (default ``"auto"``: sequential or wavefront, as the cost model ranks them;
+    ``choose="measure"``: as they run here) and ``barrier`` (default ``"fine"``) may also
+    come from PassContext keys ``rtask.policy`` / ``rtask.barrier``. The returned executable runs
     with ``tvm.relax.VirtualMachine(ex, tvm.cpu())``. TVM's CPU thread pool is grown to the
     plan's vEU count, because every vEU must have a worker thread running at the same time.
     """
@@ -71,8 +73,40 @@ def compile_with_plan(
     When the backend finds the built kernels wanting (CUDA: a persistent kernel spills
     registers, option ``spills="replan"``), it is planned and built again with the options
     the backend asks for, at most ``MAX_REPLANS`` times; each time is a fallback, noted and
-    listed in the returned plan's ``fallbacks``."""
+    listed in the returned plan's ``fallbacks``. With ``policy="auto", choose="measure"``
+    every candidate policy is built and timed on the device present and the fastest kept
+    (``runtime/policy_trial.py``)."""
     tvm_target = as_target(target)
+    with progress.importing(mod):
+        mod = frontend.load(mod)
+    ex, plan = _compile_replanning(mod, tvm_target, policy, barrier, options)
+    if plan.policy_options.get("choose") != "measure":
+        return ex, plan
+    candidate_options = _without_auto_options(options)
+    with collecting_fallbacks() as noted:
+        ex, plan = policy_trial.keep_fastest(
+            mod,
+            tvm_target,
+            (ex, plan),
+            lambda name: _compile_replanning(mod, tvm_target, name, barrier, candidate_options),
+        )
+    return ex, _with_fallbacks(plan, noted)
+
+
+# policy "auto"'s own options: a candidate built alone must not get them
+_AUTO_ONLY = ("candidates", "choose")
+
+
+def _without_auto_options(options: dict) -> dict:
+    kept = {k: v for k, v in options.items() if k not in _AUTO_ONLY}
+    if isinstance(kept.get("policy_options"), dict):
+        own = kept["policy_options"]
+        kept["policy_options"] = {k: v for k, v in own.items() if k not in _AUTO_ONLY}
+    return kept
+
+
+def _compile_replanning(mod, tvm_target, policy, barrier, options: dict):
+    """Lower and build, planned again as the backend asks (``compile_with_plan``)."""
     backend = get_backend(tvm_target)
     given = frozenset(k for k, v in options.items() if v is not None)
     replans: list[dict] = []

@@ -32,6 +32,7 @@ __all__ = [
     "INT32_REFUSED",
     "LAYOUT_KEPT",
     "ONE_RTASK",
+    "NOT_MEASURED",
     "ORDINARY_CALL",
     "REPLANNED",
     "RULE_SKIPPED",
@@ -53,6 +54,8 @@ REPLANNED = "replanned"
 """A plan was made again with other limits (a CUDA rProgram that did not fit)."""
 BUILT_LATE = "built late"
 """A body the early build or a build process did not deliver is built by the build itself."""
+NOT_MEASURED = "policy not measured"
+"""``choose="measure"`` without the target's device here: the cost model's choice stands."""
 CPU_CHECK_SKIPPED = "CPU check skipped"
 """An artifact's target cannot be read: whether this CPU can run it is not checked."""
 

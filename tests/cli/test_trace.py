@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import tvm
+
 from tests.cli.helpers import in_process, run
 from tvm_rtask.cli.main import main
 
@@ -35,5 +38,12 @@ def test_trace_writes_the_timeline_and_both_charts(tmp_path):
     assert (tmp_path / "simulated.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_trace_refuses_cuda_in_one_line(tmp_path, capsys):
-    in_process(main, ["trace", "squeezenet", "--reduced", "--target", "cuda"], capsys, "llvm")
+@pytest.mark.skipif(tvm.cuda(0).exist, reason="a GPU is here: the CUDA trace would run")
+def test_trace_without_the_gpu_says_so_in_one_line(tmp_path, capsys):
+    argv = ["trace", "squeezenet", "--reduced", "--target", "cuda"]
+    in_process(main, argv, capsys, "no cuda device here")
+
+
+def test_trace_refuses_a_target_it_cannot_run_in_one_line(capsys):
+    argv = ["trace", "squeezenet", "--reduced", "--target", "c"]
+    in_process(main, argv, capsys, "llvm and cuda targets")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm.script import relax as R
 
@@ -35,3 +36,11 @@ class SharedKernels:
             d = R.add(b, c)
             R.output(d)
         return d
+
+
+def shared_kernels_inputs(rng: np.random.Generator) -> list:
+    """Arguments of :class:`SharedKernels`: weights that keep the three ReLUs alive."""
+    x = rng.standard_normal((1, 4, 8, 8)).astype("float32")
+    w1 = rng.standard_normal((4, 4, 3, 3)).astype("float32") * 0.5
+    w2 = rng.standard_normal((4, 4, 3, 3)).astype("float32") * 0.5
+    return [tvm.runtime.tensor(a) for a in (x, w1, w2)]

@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 import tvm_rtask
-from tests.relax_passes.models import SharedKernels
+from tests.relax_passes.models import SharedKernels, shared_kernels_inputs
 from tvm_rtask.errors import OptionError
 from tvm_rtask.runtime.trace import PROGRAM, RTASK, WAIT, Timeline, trace_call
 from tvm_rtask.viz import gantt
@@ -19,10 +19,7 @@ RNG = np.random.default_rng(5)
 
 
 def _inputs():
-    x = RNG.standard_normal((1, 4, 8, 8)).astype("float32")
-    w1 = RNG.standard_normal((4, 4, 3, 3)).astype("float32") * 0.5
-    w2 = RNG.standard_normal((4, 4, 3, 3)).astype("float32") * 0.5
-    return [tvm.runtime.tensor(a) for a in (x, w1, w2)]
+    return shared_kernels_inputs(RNG)
 
 
 @pytest.fixture(scope="module", params=["wavefront", "sequential"])
@@ -122,6 +119,6 @@ def test_trace_call_refuses_an_untraced_plan():
         trace_call(lambda: None, plan)
 
 
-def test_cuda_refuses_trace():
-    with pytest.raises(OptionError, match="llvm only"):
-        tvm_rtask.plan(SharedKernels, {"kind": "cuda", "arch": "sm_90"}, trace=True)
+def test_cuda_plans_a_traced_build():  # the kernel's side: tests/backend/cuda/test_trace.py
+    plan = tvm_rtask.plan(SharedKernels, {"kind": "cuda", "arch": "sm_90"}, trace=True)
+    assert plan.options["trace"] is True

@@ -252,8 +252,9 @@ def cmd_trace(args) -> int:
     if args.gantt or args.simulated:
         require_gantt()
     target = check_target(parse_target(args.target))
-    if target_kind(target) != "llvm":
-        raise CLIError("trace runs on llvm targets only (the CUDA timeline is not built yet)")
+    kind = target_kind(target)
+    if kind not in ("llvm", "cuda"):
+        raise CLIError(f"trace runs on llvm and cuda targets, not {kind}")
     options = check_options({**_options_from(args), "trace": True})
     _check_measured(options, target, args)
     parse_shapes(args.input_shapes)
@@ -265,10 +266,13 @@ def cmd_trace(args) -> int:
 
     from ..runtime.trace import trace_call
 
+    device = tvm.device("cpu" if kind == "llvm" else kind, 0)
+    if not device.exist:
+        raise CLIError(f"trace runs the model: no {kind} device here")
     ex, plan = tvm_rtask.compile_with_plan(model.mod, target, **options)
     inputs = arrange_inputs([i.to_dict() for i in model.inputs], {}, "random", args.seed)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    tensors = [tvm.runtime.tensor(a) for a in inputs]
+    vm = relax.VirtualMachine(ex, device)
+    tensors = [tvm.runtime.tensor(a, device) for a in inputs]
     timeline = trace_call(lambda: vm["main"](*tensors), plan, warmup=args.warmup)
     print(format_breakdown(f"{model.name}: {plan.policy}", timeline))
     if args.json:

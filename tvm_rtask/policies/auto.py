@@ -7,7 +7,9 @@ with the same cost model the candidates plan with, and keeps the fastest; ``choi
 every candidate's estimate so that ``Plan.report()["policy_choice"]`` says what was chosen and
 why. The choice is only as good as the cost model: with ``cost="measured"`` (every rKernel
 timed on this machine, ``tvm-rtask profile``) its estimates are measurements of the same
-kernels; with the analytical model they are a guess.
+kernels; with the analytical model they are a guess. With ``choose="measure"``
+``tvm_rtask.compile`` builds every candidate and keeps the one that runs fastest on the
+device present (``runtime/policy_trial.py``): the plan made here is then the first build.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from .policy import Policy
 from .simulate import simulate_plan
 
 DEFAULT_CANDIDATES = ("sequential", "wavefront")
+# how the candidate is chosen: by the cost model's estimate here, or by timing every
+# candidate's build on the device present (tvm_rtask.compile; runtime/policy_trial.py)
+CHOOSE = ("estimate", "measure")
 
 
 class AutoPolicy(Policy):
@@ -32,7 +37,11 @@ class AutoPolicy(Policy):
     to the first candidate). The rProgram limits go to every candidate that takes them."""
 
     name = "auto"
-    OPTIONS: ClassVar[dict[str, Any]] = {"candidates": DEFAULT_CANDIDATES, **LIMIT_OPTIONS}
+    OPTIONS: ClassVar[dict[str, Any]] = {
+        "candidates": DEFAULT_CANDIDATES,
+        "choose": "estimate",
+        **LIMIT_OPTIONS,
+    }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -42,6 +51,11 @@ class AutoPolicy(Policy):
                 f"policy 'auto': candidates must name other policies, not {candidates!r}"
             )
         self.options["candidates"] = candidates
+        if self.options["choose"] not in CHOOSE:
+            raise OptionError(
+                f"policy 'auto': choose must be one of {', '.join(CHOOSE)}, "
+                f"not {self.options['choose']!r}"
+            )
         self.choice: dict[str, Any] = {}
 
     def plan(

@@ -11,10 +11,17 @@ how far the cost model was from it.
 
 Record format (``TRACE_WORDS`` int64 each, the same for every backend that traces):
 ``[kind, program, veu, a, b, start_ns, end_ns, 0]`` with ``kind`` 0 for an rTask (``a`` the
-operator's index in the plan's graph, ``b`` its rtask_id), 1 for a wait (``a`` the vEU waited
-for, ``b`` the step count), 2 for an rProgram call (``veu`` -1). A traced rProgram calls each
-rTask on its own (an untraced one runs a vEU's rTasks of an operator in one loop): the trace
-adds two clock reads per rTask and per wait, and the untraced build is unchanged.
+operator's index in the plan's graph, ``b`` its rtask_id), 1 for a wait (llvm: ``a`` the vEU
+waited for, ``b`` the step count; CUDA: ``a`` the first pair's vEU or operator, ``b`` the
+pairs), 2 for an rProgram call (llvm: one, ``veu`` -1, on the host, launch and join
+included; CUDA: one per vEU, from its start to its end inside the kernel). A traced rProgram
+runs each rTask on its own (an untraced one runs a vEU's rTasks of an operator in one loop):
+the trace adds two clock reads per rTask and per wait, and the untraced build is unchanged.
+
+Clocks: CLOCK_MONOTONIC on llvm; ``%globaltimer`` on CUDA (thread 0 of each vEU, each rTask
+ending with ``__syncthreads``), where each rProgram's records are written into a device
+buffer of fixed slots and copied to the host by ``main``'s last call
+(``tvm_rtask.collect_cuda_trace``, ``backend/cuda/status.py``) while a recording is on.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import native
+from ..backend.cuda import status as cuda_host
 from ..core import OrdinaryCall, Plan, RProgram
 from ..errors import OptionError
 from ..policies.simulate import PlanTiming, ProgramTiming, StepTiming, simulate
@@ -178,10 +186,11 @@ class Timeline:
 def _program_step(
     program: RProgram, k: int, records: list, names: dict[int, str], t0: int, us: float, n: int
 ) -> StepTiming:
+    # one call record (llvm's host) or one per vEU (CUDA): the call spans them all
     calls = [r for r in records if r[0] == PROGRAM]
     inner = [r for r in records if r[0] != PROGRAM]
-    start = (int(calls[0][5]) if calls else min(int(r[5]) for r in inner)) - t0
-    end = (int(calls[0][6]) if calls else max(int(r[6]) for r in inner)) - t0
+    start = min(int(r[5]) for r in (calls or inner)) - t0
+    end = max(int(r[6]) for r in (calls or inner)) - t0
     first = min((int(r[5]) - t0 for r in inner), default=start)
     last = max((int(r[6]) - t0 for r in inner), default=first)
     base = first
@@ -223,9 +232,11 @@ def _mean_rtask_us(timing: PlanTiming) -> dict[str, float]:
 
 
 def start(capacity: int = DEFAULT_CAPACITY) -> None:
-    """Start recording into an empty buffer of ``capacity`` records."""
+    """Start recording into an empty buffer of ``capacity`` records (llvm; CUDA's records
+    have their own slots on the device and are all kept)."""
     if native.load().tvm_rtask_trace_reset(int(capacity)) != 0:
         raise MemoryError(f"tvm-rtask: no memory for a timeline of {capacity} records")
+    cuda_host.start_trace()
 
 
 def stop() -> tuple[np.ndarray, int]:
@@ -237,7 +248,8 @@ def stop() -> tuple[np.ndarray, int]:
     if n:
         lib.tvm_rtask_trace_copy(out.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), n)
     lib.tvm_rtask_trace_reset(0)
-    return out, dropped
+    cuda = [r.reshape(-1, TRACE_WORDS) for r in cuda_host.stop_trace()]
+    return np.concatenate([out, *cuda]) if cuda else out, dropped
 
 
 def trace_call(

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.target import Target
@@ -25,6 +26,7 @@ from .body_function import (
 )
 from .compile_cache import install_compile_callback
 from .dispatch import (
+    TRACE_WORDS,
     CUDAProgramCode,
     build_cuda_dispatcher,
     counter_table,
@@ -208,11 +210,23 @@ def _fits(kernel: CUDARKernel, threads: int) -> str:
 def _append_status_check(func: relax.Function, sync_constants: list) -> relax.Function:
     """``main`` followed by ``tvm_rtask.check_status(sync words...)`` (impure, after the
     dataflow block): a barrier timeout in any CUDA rProgram becomes a Python exception."""
+    return _append_host_call(func, "tvm_rtask.check_status", sync_constants, "status")
+
+
+def _trace_constants(code) -> list:
+    """A traced program's trace table and its record buffer (zeros; the kernel overwrites
+    its slots on every call)."""
+    info = code.trace_info()
+    records = np.zeros(int(info[code.num_veu]) * TRACE_WORDS, "int64")
+    return [relax.const(info), relax.const(tvm.runtime.tensor(records))]
+
+
+def _append_host_call(func: relax.Function, name: str, args: list, what: str) -> relax.Function:
+    """``main`` followed by a call of the global function ``name`` on ``args`` (impure,
+    after the dataflow block, its result unused)."""
     body = func.body
-    check = relax.Call(
-        relax.ExternFunc("tvm_rtask.check_status"), sync_constants, ty_args=[relax.ObjectType()]
-    )
-    binding = relax.VarBinding(relax.Var("rtask_status", relax.ObjectType()), check)
+    check = relax.Call(relax.ExternFunc(name), args, ty_args=[relax.ObjectType()])
+    binding = relax.VarBinding(relax.Var(f"rtask_{what}", relax.ObjectType()), check)
     blocks = [*body.blocks, relax.BindingBlock([binding])]
     new_body = relax.SeqExpr(blocks, body.body)
     return relax.Function(func.params, new_body, func.ret_ty, False, func.attrs)
@@ -329,11 +343,6 @@ class CUDABackend(Backend):
                 "barrier='global' is not implemented on CUDA (it is llvm's parallel barrier); "
                 "use barrier='counter' (dependency counters, the default) or 'fine' (step "
                 "arrays), or policy='wavefront_global' for a barrier between waves"
-            )
-        if options.trace:
-            raise OptionError(
-                "trace=True is implemented on llvm only: the CUDA timeline (%globaltimer into "
-                "a device buffer, the same records) is not built yet"
             )
         cuda = CUDAOptions.parse(options, self.target)
         get_spec(cuda.device)  # an unknown name raises
@@ -460,6 +469,9 @@ class CUDABackend(Backend):
             body_functions=cuda.body_functions,
             claim_sms=claim,
         )
+        if options.trace:
+            code.trace_program = next(k for k, s in enumerate(plan.steps) if s is program)
+            code.graph_index = {op: plan.graph.index(op) for op in program.ops()}
         func = build_cuda_dispatcher(
             code,
             timeout_ns=options.spin_timeout_ms * 1_000_000,
@@ -481,12 +493,17 @@ class CUDABackend(Backend):
             relax.const(code.offset_table[0]),
             relax.const(table),
             relax.const(pairs),
+            *(_trace_constants(code) if options.trace else ()),
             relax.const(words),
         ]
         results = [*(t.name for t in (*io.outputs, *loose)), *(a.decl for a in arenas)]
         return LoweredProgram(func, constants, results, [t.name for t in passed], code.bodies)
 
     def finish_main(self, main, rprogram_calls, options):
+        if options.trace and rprogram_calls:
+            # each traced call's records leave the device after the call (runtime/trace.py)
+            buffers = [call.args[1].fields[-2] for call in rprogram_calls]
+            main = _append_host_call(main, "tvm_rtask.collect_cuda_trace", buffers, "trace")
         if not self.options_for(options).check_status or not rprogram_calls:
             return main
         return _append_status_check(main, [call.args[1].fields[-1] for call in rprogram_calls])

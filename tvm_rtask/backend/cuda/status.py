@@ -1,5 +1,5 @@
-"""The host side of the CUDA barrier timeout: turn a persistent kernel's status word into an
-exception.
+"""The host side of the CUDA persistent kernels: the barrier timeout's status words turned
+into an exception, and the timeline's records taken off the device.
 
 Every CUDA rProgram gets a constant int32 array of sync words (dependency counters or step
 counters, a finish counter, the epoch, then status words). A wait that times out sets
@@ -7,6 +7,10 @@ counters, a finish counter, the epoch, then status words). A wait that times out
 and records who waited for what; the kernel drains instead of hanging. ``main`` ends with a call to
 ``tvm_rtask.check_status`` on those arrays, registered here, which raises with the details.
 Importing ``tvm_rtask`` (or this module) in the process that runs the executable registers it.
+
+A traced build (option ``trace``) ends ``main`` with ``tvm_rtask.collect_cuda_trace`` on the
+rPrograms' record buffers: while a recording is on (``runtime/trace.py``: :func:`start_trace`,
+:func:`stop_trace`) it copies them to the host, else it does nothing.
 """
 
 from __future__ import annotations
@@ -58,3 +62,26 @@ def sync_words_ok(array) -> bool:
     """True when the status words of one sync array are clean (used by tests)."""
     words = np.asarray(array)
     return int(words[len(words) - STATUS_WORDS]) == 0
+
+
+# the record buffers of the traced calls made while a recording is on; None: off
+_trace_records: list[np.ndarray] | None = None
+
+
+@tvm.register_global_func("tvm_rtask.collect_cuda_trace", override=True)
+def collect_cuda_trace(*buffers) -> None:
+    """Keep a copy of each traced rProgram's records (warm-up calls: nothing)."""
+    if _trace_records is not None:
+        _trace_records.extend(buffer.numpy() for buffer in buffers)
+
+
+def start_trace() -> None:
+    global _trace_records
+    _trace_records = []
+
+
+def stop_trace() -> list[np.ndarray]:
+    """The buffers kept since :func:`start_trace`; recording stops."""
+    global _trace_records
+    kept, _trace_records = _trace_records or [], None
+    return kept
