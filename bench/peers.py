@@ -577,8 +577,9 @@ def relation(a: float, b: float) -> str:
     return f"{_times(b / a)} faster than"
 
 
-def summary(model: str, entry: dict, threads: int) -> str:
-    """Sentences on one model's numbers, whatever they say."""
+def summary(model: str, entry: dict, threads: int, quiet: frozenset = frozenset()) -> str:
+    """Sentences on one model's numbers, whatever they say (``quiet``: runtimes not to
+    mention when skipped: said once elsewhere)."""
     runs = entry["runtimes"]
     ms = {n: r["median_ms"] for n, r in timed(runs).items()}
     sentences = []
@@ -606,11 +607,16 @@ def summary(model: str, entry: dict, threads: int) -> str:
             sentences.append("Without the CPU schedule rules (threads only), tvm-rtask sequential "
                              f"takes {_ms(off)} ms: the rules make it "
                              f"{relation(ms['rtask_sequential'], off)} that.")  # fmt: skip
+        if "rtask_default" in ms:
+            chose = runs["rtask_default"].get("policy", "?")
+            sentences.append(f"The default build (policy auto) chose {chose}.")
         if "rtask_sequential" in ms and "rtask_wavefront" in ms:
             packing = relation(ms["rtask_wavefront"], ms["rtask_sequential"])
             one = "one operator per launch"
             sentences.append(f"Wavefront packing is {packing} sequential ({one}).")
     for n, r in runs.items():
+        if "skipped" in r and n in quiet:
+            continue
         if "skipped" in r:
             sentences.append(f"{SHORT.get(n, n)}: skipped ({r['skipped']}).")
         elif "error" in r:
@@ -664,7 +670,8 @@ def markdown(results: dict, source: str) -> str:
         "|---|" + "---:|" * len(models),
     ]
     names = list(dict.fromkeys(r for e in results["models"].values() for r in e["runtimes"]))
-    for name in names:
+    absent = skipped_everywhere(results)
+    for name in (n for n in names if n not in absent):
         cells = []
         for m in models:
             runs = results["models"][m]["runtimes"]
@@ -672,12 +679,29 @@ def markdown(results: dict, source: str) -> str:
             cells.append(cell(runs[name], base) if name in runs else "")
         lines.append(f"| {label(name)} | " + " | ".join(cells) + " |")
     for m in models:  # a paragraph each
-        lines += ["", summary(m, results["models"][m], threads)]
+        lines += ["", summary(m, results["models"][m], threads, quiet=frozenset(absent))]
+    if absent:
+        lines += [
+            "",
+            "Not run here: " + "; ".join(f"{label(n)} ({why})" for n, why in absent.items()),
+        ]
     lines += ["", compile_table(results)]
     note = busy_note(results)
     if note:
         lines += ["", f"Note: {note}."]
     return "\n".join(lines)
+
+
+def skipped_everywhere(results: dict) -> dict[str, str]:
+    """Runtimes skipped on every model (not installed here), with the reason: the README
+    names them once instead of a row and a sentence per model."""
+    entries = [e["runtimes"] for e in results["models"].values()]
+    names = dict.fromkeys(n for runs in entries for n in runs)
+    return {
+        n: entries[0][n]["skipped"]
+        for n in names
+        if all("skipped" in runs.get(n, {}) for runs in entries)
+    }
 
 
 def _resolved(results: dict) -> str:
@@ -690,6 +714,7 @@ def compile_table(results: dict) -> str:
     seconds per model."""
     names = (*TVM_BUILDS, "onnxruntime", "openvino", "torch_eager")
     cols = [n for n in names if any(n in e["runtimes"] for e in results["models"].values())]
+    cols = [c for c in cols if c not in skipped_everywhere(results)]
     lines = ["Build time in seconds (TVM and tvm-rtask: compile of the imported module; ONNX "
              "Runtime, OpenVINO, PyTorch: session creation, model compilation, conversion), in "
              "the same processes:", ""]  # fmt: skip

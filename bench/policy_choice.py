@@ -97,9 +97,10 @@ def run_in_process(name: str, args: argparse.Namespace) -> dict:
 
 def markdown(results: dict, source: str) -> str:
     threads = results["threads"]
-    head = (f"{results['cpu']}, {threads} thread{'s' if threads > 1 else ''} and as many vEUs, "
-            f"{results['target']}, batch 1, {results['size']} size; the three builds of a "
-            f"model timed interleaved in one fresh process for {results['seconds']:g} s; "
+    head = (f"{results['cpu']} ({results.get('target_label', results['target'])}), {threads} "
+            f"thread{'s' if threads > 1 else ''} and as many vEUs, batch 1, {results['size']} "
+            f"size; the three builds of a model timed interleaved in one fresh process for "
+            f"{results['seconds']:g} s; "
             f"`{results['command']}` (commit {results['commit']}). Medians in ms (interleaved "
             f"calls start on caches the other builds used: absolute times run higher than "
             f"back-to-back calls of one build). From `{source}`.")  # fmt: skip
@@ -121,6 +122,15 @@ def markdown(results: dict, source: str) -> str:
             f"{max(ratios, default=float('nan')):.3f}x; more than {WITHIN:.2f}x: "
             f"{', '.join(over) or 'none'}.")  # fmt: skip
     return "\n".join([head, "", *rows, "", tail])
+
+
+def _target_label(target: str) -> str:
+    """``llvm, mcpu rocketlake``: which CPU the code was made for (the CPU's name alone does
+    not say: ``Intel(R) Xeon(R) Processor`` on several generations)."""
+    from bench.peers import target_label
+    from tvm_rtask.backend import as_target
+
+    return target_label(as_target(target))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -148,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = shlex.join(["python", "-m", "bench", "policy-choice", *argv])
     results = environment(args.threads, args.target, command)
+    results.update(target_label=_target_label(args.target))
     results.update(size=args.size, seconds=args.seconds, records=[])
     for name in args.models:
         record = run_in_process(name, args)
