@@ -50,4 +50,7 @@ def __getattr__(name: str):
 
     module_name, attr = _LAZY[name]
     module = importlib.import_module(f".{module_name}", __name__)
+    # the frontend or the zoo may be a user's first use: they load TVM, so the config keys
+    # can be registered now (a PassContext with "rtask.policy" failed after frontend.load)
+    _register_config_keys_if_tvm_is_loaded()
     return module if attr is None else getattr(module, attr)
