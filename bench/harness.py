@@ -35,6 +35,9 @@ Configurations (``--configs`` picks any of them by name)
 ``torch_compile``                  ``torch.compile`` of the same (default mode)
 ``torch_compile_max_autotune``     ``mode="max-autotune"`` (cuda; llvm: opt-in, ``-no-cudagraphs``)
 ``torch_compile_reduce_overhead``  ``mode="reduce-overhead"`` (CUDA graphs; cuda only)
+``torch_compile_max_autotune_no_cudagraphs``  ``mode="max-autotune-no-cudagraphs"`` (cuda, opt-in)
+``torch_eager_tf32``, ``torch_compile_tf32``  as PyTorch runs by default: TF32 in cuDNN's
+                                   convolutions (cuda, opt-in; checked at ``TF32_TOLERANCE``)
 =================================  =================================================================
 
 The PyTorch peers run the zoo model's twin (``tvm_rtask.models.torch_twin``), a model outside
@@ -74,6 +77,8 @@ DEFAULT_OUT = RESULTS
 DEFAULT_CACHE = Path(os.environ.get("TVM_RTASK_BENCH_CACHE", "/tmp/tvm-rtask-cache"))
 TOLERANCE = 1e-4
 PEER_TOLERANCE = 1e-3
+# TF32 keeps 10 mantissa bits: a deep network's outputs drift by about 1e-3-1e-2 relative
+TF32_TOLERANCE = 5e-2
 TEST_CONFIGS_ENV = "TVM_RTASK_BENCH_TEST_CONFIGS"
 
 # --smoke: tiny reduced models (a few seconds to compile each configuration).
@@ -141,6 +146,16 @@ def all_configurations(target_kind: str) -> list[dict]:
     for name, mode in peers:
         configs.append({"name": name, "kind": "peer"} | ({"torch_mode": mode} if mode else {}))
     configs[-2 if gpu else -1]["default"] = gpu  # max-autotune
+    if gpu:  # opt-in (--configs): each costs a window minutes of compiling
+        # the third FP32 mode issue 49 names: autotuned kernels, no CUDA graphs
+        mode = "max-autotune-no-cudagraphs"
+        configs.append({"name": "torch_compile_max_autotune_no_cudagraphs", "kind": "peer",
+                        "torch_mode": mode, "default": False})  # fmt: skip
+        # PyTorch as it runs out of the box: TF32 in cuDNN's convolutions (not FP32, a
+        # labelled column; compared at TF32_TOLERANCE)
+        for name, mode in (("torch_eager_tf32", "eager"), ("torch_compile_tf32", "default")):
+            configs.append({"name": name, "kind": "peer", "torch_mode": mode, "tf32": True,
+                            "tolerance": TF32_TOLERANCE, "default": False})  # fmt: skip
     if os.environ.get(TEST_CONFIGS_ENV):
         configs += [{**c, "default": False} for c in _test_configs()]
     for c in configs:
@@ -547,8 +562,9 @@ def _torch_runner(config: dict, ctx: ModelContext, entry: dict):
     if ctx.gpu and not torch.cuda.is_available():
         raise _Skip("torch sees no CUDA device")
     torch.set_num_threads(ctx.spec["threads"])
-    # Plain float32 arithmetic, as TVM's: no TF32 in convolutions or matmuls.
-    torch.backends.cudnn.allow_tf32 = False
+    # Plain float32 arithmetic, as TVM's: no TF32 in convolutions or matmuls; the ``tf32``
+    # configurations as PyTorch's defaults are (cuDNN convolutions in TF32, matmuls not).
+    torch.backends.cudnn.allow_tf32 = bool(config.get("tf32"))
     torch.backends.cuda.matmul.allow_tf32 = False
     device = "cuda" if ctx.gpu else "cpu"
     mode = config["torch_mode"]
@@ -615,6 +631,7 @@ def run_config(config: dict, ctx: ModelContext) -> dict:
         else:
             expected, reference = ctx.expected()
         tolerance = ctx.spec["peer_tolerance" if config["kind"] == "peer" else "tolerance"]
+        tolerance = config.get("tolerance", tolerance)  # TF32 peers: their own
         error = max_relative_error(outputs, expected)
         entry.update(rel_error=error, reference=reference, tolerance=tolerance)
         if not error < tolerance:

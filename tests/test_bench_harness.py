@@ -181,6 +181,21 @@ def test_configurations_cover_the_baselines():
         harness.configurations("llvm", ["nope"])
 
 
+def test_pytorch_peers_on_the_gpu_are_every_fp32_mode_and_a_labelled_tf32_pair():
+    peers = {c["name"]: c for c in harness.all_configurations("cuda") if c["kind"] == "peer"}
+    fp32 = {n: c["torch_mode"] for n, c in peers.items() if "torch_mode" in c and not c.get("tf32")}
+    # issue 49: eager and torch.compile's default, reduce-overhead and max-autotune-no-cudagraphs
+    assert {"eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs"} <= set(
+        fp32.values()
+    )
+    tf32 = {n: c for n, c in peers.items() if c.get("tf32")}
+    assert set(tf32) == {"torch_eager_tf32", "torch_compile_tf32"}
+    for c in tf32.values():  # its own, looser tolerance, and never in the default set
+        assert c["tolerance"] == harness.TF32_TOLERANCE > harness.PEER_TOLERANCE
+        assert c["default"] is False
+    assert not any(c.get("tf32") for c in harness.all_configurations("llvm"))
+
+
 def test_outputs_reach_the_host_before_numpy():
     class CudaTensor:  # what torch does with .numpy() on a CUDA tensor
         def numpy(self):
