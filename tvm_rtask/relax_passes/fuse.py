@@ -107,6 +107,10 @@ def prepare_pipeline(
     """
     passes = [
         RemoveInferenceDropout(),
+        # ``(y, mean, var)[0]`` as ``y``: the ONNX importer's BatchNormalization returns a
+        # tuple, and FuseOps does not fuse through it (DenseNet-121: every batch norm and
+        # its ReLU were two passes over memory)
+        relax.transform.CanonicalizeBindings(),
         # ONNX Sum (residual adds) as additions that fuse into the producer's epilogue
         StackedSumToAdd(),
         # an explicit zero pad of a convolution's input as the convolution's own padding
