@@ -67,3 +67,15 @@ def test_ordered_joins_still_fuse():
     plain = _annotated(Softmaxish)
     fused = FuseKeepingWaves()(plain)
     assert len(extract_graph(fused).operators) < len(extract_graph(plain).operators)
+
+
+def test_the_relu_after_an_elementwise_join_fuses_with_it():
+    """The join stays out of both branches, and what follows it elementwise joins it: the
+    ReLU is not a pass of its own (ResNet's downsampling blocks)."""
+    fused = FuseKeepingWaves()(_annotated(TwoBranches))
+    ops = extract_graph(fused).operators
+    names = [op.name for op in ops]
+    assert len(ops) == 3, names
+    assert sum("matmul" in n for n in names) == 2
+    (join,) = [n for n in names if "matmul" not in n]
+    assert "add" in join and "relu" in join, names

@@ -29,7 +29,8 @@ from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stacked_sum import StackedSumToAdd
 from .stitch import StitchFusion
 
-OPAQUE = 8
+# TVM's op patterns (relax.transform.AnnotateTIROpPattern)
+BROADCAST, OUT_EWISE_FUSABLE, OPAQUE = 1, 4, 8
 
 
 def _independent_joins(block: relax.DataflowBlock) -> set[int]:
@@ -66,8 +67,14 @@ def _mark_joins_opaque(mod: tvm.IRModule) -> tvm.IRModule:
     for i in sorted(_independent_joins(block)):
         call = as_tir_call(block.bindings[i].value)
         prim = mod[call.gvar]
-        if int(prim.attrs.get("op_pattern", OPAQUE)) != OPAQUE:
-            callees[i] = (prim.with_attr("op_pattern", OPAQUE), f"{call.gvar.name_hint}_join")
+        pattern = int(prim.attrs.get("op_pattern", OPAQUE))
+        if pattern == OPAQUE:
+            continue
+        # an elementwise join (a residual add) as a convolution is to FuseOps: nothing fuses
+        # into it, its elementwise consumers (the ReLU after it) fuse after it; other joins
+        # (concatenations, whose producers write into their blocks) stay whole
+        joined = OUT_EWISE_FUSABLE if pattern <= BROADCAST else OPAQUE
+        callees[i] = (prim.with_attr("op_pattern", joined), f"{call.gvar.name_hint}_join")
     return with_own_callees(mod, index, callees)
 
 
