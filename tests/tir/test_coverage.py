@@ -97,6 +97,22 @@ def test_gather_covering_places_every_block_whole():
     assert unwritten_outputs(sch2.mod["main"]) == []
 
 
+def test_an_internal_error_in_one_placement_leaves_the_other_to_try(monkeypatch):
+    """TVM's reverse_compute_at raised an InternalError (not a ScheduleError) on a strided
+    consumer: the anchor's placement is dropped, the last block's still tried."""
+    from tvm.error import InternalError
+
+    from tvm_rtask.tir import common
+
+    def broken(sch):
+        raise InternalError("iter-map check failed")
+
+    monkeypatch.setattr(common, "gather_under_anchor", broken)
+    sch = _inlined(_fused_pad_func(conv_silu_pad_module()[0]))
+    sch2, loops = common.gather_covering(sch)
+    assert loops and unwritten_outputs(sch2.mod["main"]) == []
+
+
 def test_an_elementwise_epilogue_stays_under_the_anchor():
     """The common case keeps the anchor's nest: nothing changes for it."""
     bb = relax.BlockBuilder()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import s_tir, tirx
+from tvm.error import InternalError
 from tvm.s_tir.dlight.analysis import get_sblock_info
 from tvm.tirx import IntImm
 
@@ -105,7 +106,10 @@ def gather_covering(sch: s_tir.Schedule) -> tuple[s_tir.Schedule, list] | None:
         trial = sch.copy()
         try:
             loops = gather(trial)
-        except s_tir.ScheduleError:
+        # a primitive's own check may fail as an InternalError instead (reverse_compute_at's
+        # iter-map check on a strided consumer, seen by the fuzzer): that trial is dropped
+        # and the next placement is tried on a fresh copy
+        except (s_tir.ScheduleError, InternalError):
             continue
         if loops and whole(trial.mod["main"]):
             return trial, loops
