@@ -780,16 +780,22 @@ def main(argv: list[str] | None = None) -> int:
         results["smoke"] = (f"`--smoke` ({SMOKE['repeat']} calls after {SMOKE['warmup']} warm-up "
                             "calls), only to check that everything runs")  # fmt: skip
     path = Path(args.json) if args.json else default_path(args.threads, args.smoke)
+    write_results(path, results, markdown)
+    return 0
+
+
+def write_results(path: Path, results: dict, render) -> None:
+    """``results`` as JSON at ``path`` and ``render(results, source)``, the table naming the
+    file as the repository does, beside it as ``.md``; both printed where they went."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     try:
         source = path.resolve().relative_to(ROOT).as_posix()
     except ValueError:
         source = str(path)
-    table = markdown(results, source)
+    table = render(results, source)
     path.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
     print(f"\n{table}\n\nresults written to {path} and {path.with_suffix('.md')}")
-    return 0
 
 
 if __name__ == "__main__":

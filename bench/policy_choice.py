@@ -26,8 +26,16 @@ import sys
 import time
 from pathlib import Path
 
-from bench import RESULTS, ROOT
-from bench.peers import DEFAULT_TARGET, environment, load_model, stats, worker_env
+from bench import RESULTS
+from bench.peers import (
+    DEFAULT_TARGET,
+    environment,
+    load_average,
+    load_model,
+    stats,
+    worker_env,
+    write_results,
+)
 from tvm_rtask.models.onnx_light import random_inputs
 
 PUBLIC_SET = [
@@ -38,6 +46,7 @@ PUBLIC_SET = [
 BUILDS = ("sequential", "wavefront", "default")
 WITHIN = 1.03  # the issues' bound: the default at most 3% over the better policy
 WARMUP = 3
+MIN_ROUNDS = 10
 
 
 def run_model(name: str, threads: int, target: str, seconds: float, size: str) -> dict:
@@ -46,6 +55,7 @@ def run_model(name: str, threads: int, target: str, seconds: float, size: str) -
     from tvm import relax
 
     import tvm_rtask
+    from tvm_rtask.runtime.policy_trial import interleaved_samples
 
     model = load_model(name, size=size)
     mod = tvm_rtask.frontend.load(model)
@@ -62,18 +72,8 @@ def run_model(name: str, threads: int, target: str, seconds: float, size: str) -
         if build == "default":
             entry["choice"] = plan.report().get("policy_choice")
         record["builds"][build] = entry
-    samples: dict[str, list[float]] = {b: [] for b in BUILDS}
-    for build in BUILDS:
-        for _ in range(WARMUP):
-            calls[build](*args)
-    begin, rounds = time.perf_counter(), 0
-    while rounds < 10 or time.perf_counter() - begin < seconds:
-        order = BUILDS[rounds % 3 :] + BUILDS[: rounds % 3]
-        for build in order:
-            start = time.perf_counter()
-            calls[build](*args)
-            samples[build].append((time.perf_counter() - start) * 1e3)
-        rounds += 1
+    runs = {build: (lambda call=call: call(*args)) for build, call in calls.items()}
+    samples = interleaved_samples(runs, lambda: None, WARMUP, MIN_ROUNDS, seconds)
     for build in BUILDS:
         record["builds"][build].update(stats(samples[build]))
     ms = {b: record["builds"][b]["median_ms"] for b in BUILDS}
@@ -169,18 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{record['default_over_better']:.3f}x the better"
         )
         print(f"{name}: {line}", flush=True)
-    results["load_average_end"] = environment(args.threads, args.target, "")["load_average_start"]
+    results["load_average_end"] = load_average()
     stamp = time.strftime("%Y-%m-%d")
     path = Path(args.json or RESULTS / f"{stamp}-cpu-policy-choice-{args.threads}t.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    try:
-        source = path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        source = str(path)
-    table = markdown(results, source)
-    path.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
-    print(f"\n{table}\n\nresults written to {path} and {path.with_suffix('.md')}")
+    write_results(path, results, markdown)
     return 0
 
 

@@ -51,22 +51,37 @@ def random_arguments(mod: tvm.IRModule, device: tvm.runtime.Device) -> list:
     return args
 
 
-def time_interleaved(calls: dict[str, Callable[[], Any]], sync: Callable[[], None]) -> dict:
-    """Median ms of each call, timed round after round in a rotating order."""
+def interleaved_samples(
+    calls: dict[str, Callable[[], Any]],
+    sync: Callable[[], None],
+    warmup: int,
+    min_rounds: int,
+    seconds: float,
+) -> dict[str, list[float]]:
+    """The ms of every call of each of ``calls``: ``warmup`` untimed calls each, then round
+    after round one call of each in a rotating order, at least ``min_rounds`` rounds and
+    until ``seconds`` have passed (``bench/policy_choice.py`` times its builds so too)."""
     names = list(calls)
     for name in names:
-        for _ in range(WARMUP):
+        for _ in range(warmup):
             calls[name]()
     sync()
     samples: dict[str, list[float]] = {n: [] for n in names}
     begin, rounds = time.perf_counter(), 0
-    while rounds < MIN_CALLS or time.perf_counter() - begin < TRIAL_SECONDS * len(names):
+    while rounds < min_rounds or time.perf_counter() - begin < seconds:
         for name in names[rounds % len(names) :] + names[: rounds % len(names)]:
             start = time.perf_counter()
             calls[name]()
             sync()
             samples[name].append((time.perf_counter() - start) * 1e3)
         rounds += 1
+    return samples
+
+
+def time_interleaved(calls: dict[str, Callable[[], Any]], sync: Callable[[], None]) -> dict:
+    """Median ms of each call (:func:`interleaved_samples`, about ``TRIAL_SECONDS`` each)."""
+    seconds = TRIAL_SECONDS * len(calls)
+    samples = interleaved_samples(calls, sync, WARMUP, MIN_CALLS, seconds)
     return {n: float(np.median(s)) for n, s in samples.items()}
 
 
