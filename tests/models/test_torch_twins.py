@@ -30,6 +30,7 @@ TVM_IN_CI = [
     ("resnext29", {"grouped": True}),
     ("seq2seq", {}),
     ("squeezenet", {}),
+    ("vit_tiny", {}),
 ]
 TVM_SLOW = [
     ("inception_v3", {}),

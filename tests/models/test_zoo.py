@@ -27,6 +27,7 @@ NAMES = [
     "resnext29",
     "seq2seq",
     "squeezenet",
+    "vit_tiny",
 ]
 # (model, overrides, policy, barrier): compiled by tvm-rtask and run in CI; the policies and
 # barrier kinds are spread over the models so that each is exercised.
@@ -38,6 +39,7 @@ IN_CI = [
     ("seq2seq", {}, "wavefront", "fine"),
     ("squeezenet", {}, "wavefront", "fine"),
     ("resnext29", {"grouped": True}, "wavefront", "global"),
+    ("vit_tiny", {}, "sequential", "fine"),
 ]
 # Convolution-heavy reduced variants take 30 s to several minutes to compile on 2 cores.
 SLOW = [

@@ -41,6 +41,7 @@ _MODULES = {
     "resnext29": "resnext",
     "seq2seq": "seq2seq",
     "squeezenet": "squeezenet",
+    "vit_tiny": "vit",
 }
 
 

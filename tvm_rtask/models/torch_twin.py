@@ -145,6 +145,11 @@ def _gather(x: Tensor, index: int, *, axis: int = 0) -> Tensor:
     return x.select(axis, index)
 
 
+def _expand(x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    # ONNX's Expand broadcasts both ways: the result has the larger of each dimension
+    return torch.broadcast_to(x, torch.broadcast_shapes(x.shape, tuple(shape)))
+
+
 def _reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     # ONNX's 0 copies the input's dimension (allowzero = 0).
     return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(shape)])
@@ -224,6 +229,7 @@ _OPS: dict[str, _Op] = {
     "Conv": _Op(_conv, check=_check_window),
     "Div": _Op(lambda a, b: a / b),
     "Erf": _Op(lambda x: torch.erf(x)),
+    "Expand": _Op(_expand, static=True),
     "Flatten": _Op(_flatten),
     "Gather": _Op(_gather, static=True, check=_check_gather),
     "GlobalAveragePool": _Op(_global_average_pool),
