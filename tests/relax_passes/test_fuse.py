@@ -38,6 +38,19 @@ class Softmaxish:
         return y
 
 
+@tvm.script.ir_module
+class DenseGelu:
+    @R.function
+    def main(x: R.Tensor((8, 16), "float32"), w: R.Tensor((16, 32), "float32")):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            half = R.multiply(y, R.const(0.5, "float32"))
+            e = R.erf(R.multiply(y, R.const(0.7071067811865476, "float32")))
+            g = R.multiply(half, R.add(e, R.const(1.0, "float32")))
+            R.output(g)
+        return g
+
+
 def _annotated(mod):
     seq = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern()]
     return tvm.transform.Sequential(seq)(mod)
@@ -79,3 +92,13 @@ def test_the_relu_after_an_elementwise_join_fuses_with_it():
     assert sum("matmul" in n for n in names) == 2
     (join,) = [n for n in names if "matmul" not in n]
     assert "add" in join and "relu" in join, names
+
+
+def test_a_join_of_elementwise_branches_fuses_gelu_into_the_dense_layer():
+    """GELU joins ``0.5 y`` and ``1 + erf(y / sqrt 2)``: unordered producers, but only
+    elementwise operators since the branches parted, so nothing runs beside anything and the
+    whole of it is the dense layer's epilogue (kept apart: four passes over memory)."""
+    plain = _annotated(DenseGelu)
+    ops = extract_graph(FuseKeepingWaves()(plain)).operators
+    assert len(ops) == 1, [op.name for op in ops]
+    assert "matmul" in ops[0].func and "erf" in ops[0].func
