@@ -3,6 +3,10 @@
 Usage: python -m bench ab --base REV [--models resnet18 ...] [--size full]
        [--seconds 10] [--target llvm-native] [--json OUT.json]
 
+A model is any name ``python -m bench peers`` takes (torchvision's at ``--size``, a zoo or
+light model, an ``.onnx`` file); it is written once as an ONNX file, with seeded weights,
+that both sides compile.
+
 A change to the compiler should leave the kernels it makes as fast as they were; separate
 processes drift 5-18% on a shared machine, so this compares within one. The base commit is
 checked out in a temporary git worktree (its native library taken from this install), each
@@ -41,16 +45,16 @@ import json, os, time
 import tvm_rtask, tvm_rtask.api
 from tvm_rtask import frontend
 from tvm_rtask.backend import as_target
-from tvm_rtask.models.real import load_real_model
+import onnx
 from tvm_rtask.runtime.export import export_library
-outdir, size, target, *names = sys.argv[1:]
+outdir, models, target, *names = sys.argv[1:]
 target = as_target(target)
 def cpu_s():
     # this process and the build processes it forked and waited for
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
 for name in names:
-    mod = frontend.load(load_real_model(name, size=size, seed=0))
+    mod = frontend.load(onnx.load(os.path.join(models, name + ".onnx")))
     cpu, wall = cpu_s(), time.perf_counter()
     ex = tvm_rtask.compile(mod, target)
     cpu, wall = cpu_s() - cpu, time.perf_counter() - wall
@@ -66,14 +70,15 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm_rtask import native
-from tvm_rtask.models.real import load_real_model, sample_inputs
+import onnx
+from tvm_rtask.models.onnx_light import random_inputs
 from tvm_rtask.runtime import set_num_threads
 from bench.peers import stats, time_calls
 from tvm_rtask.testing.run import run_executable
-name, size, seconds, base, head = sys.argv[1:]
+name, models, seconds, base, head = sys.argv[1:]
 native.load()
 set_num_threads(2)
-feed = sample_inputs(load_real_model(name, size=size, seed=0))
+feed = random_inputs(onnx.load(f"{models}/{name}.onnx"), seed=1)
 x = [tvm.runtime.tensor(v) for v in feed.values()]
 sides = {"base": base, "head": head}
 libs = {k: tvm.runtime.load_module(f"{d}/{name}.so") for k, d in sides.items()}
@@ -121,6 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="rtask-ab-") as tmp:
+        import onnx
+
+        from bench.peers import load_model
+
+        models = os.path.join(tmp, "models")
+        os.makedirs(models)
+        for name in args.models:
+            onnx.save(load_model(name, seed=0, size=args.size), f"{models}/{name}.onnx")
         tree = os.path.join(tmp, "tree")
         _run(["git", "worktree", "add", "--detach", tree, args.base])
         try:
@@ -130,11 +143,11 @@ def main(argv: list[str] | None = None) -> None:
             out = {side: os.path.join(tmp, side) for side in ("base", "head")}
             for side, source in (("base", tree), ("head", "-")):
                 os.makedirs(out[side])
-                _run([sys.executable, "-c", EXPORT, source, out[side], args.size, args.target,
+                _run([sys.executable, "-c", EXPORT, source, out[side], models, args.target,
                       *args.models], cwd=ROOT if source == "-" else source)  # fmt: skip
             rows = []
             for name in args.models:
-                text = _run([sys.executable, "-c", TIME, name, args.size, str(args.seconds),
+                text = _run([sys.executable, "-c", TIME, name, models, str(args.seconds),
                              out["base"], out["head"]])  # fmt: skip
                 row = json.loads(text.split("RESULT ", 1)[1])
                 rows.append(row)
