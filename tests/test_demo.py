@@ -211,7 +211,7 @@ def test_plan_logs_and_keeps_the_pass_context(caplog):
     assert plan.policy == "sequential"  # the config key reached planning through the logging
     names = [name for name, _ in _stages(caplog.records)]
     assert names == ["prepare/fuse", "prepare/fuse", "plan", "plan"], names  # IRModule: no import
-    assert any(m.startswith("plan: 3 operators") for m in caplog.messages), caplog.messages
+    assert any(re.match(r"plan: \d+ operators", m) for m in caplog.messages), caplog.messages
 
 
 def test_silent_unless_enabled(caplog):

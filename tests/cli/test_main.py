@@ -87,9 +87,9 @@ def test_models_lists_the_zoo(work):
     d, _ = work
     proc = run("tvm-rtask", "models", cwd=d)
     lines = proc.stdout.splitlines()
-    assert len(lines) == 10 + 15  # the zoo, then torchvision's 15
+    assert len(lines) == 11 + 15  # the zoo, then torchvision's 15
     assert proc.stdout.startswith("alexnet")
-    assert lines[10].startswith("resnet18") and "torchvision" in lines[10]
+    assert lines[11].startswith("resnet18") and "torchvision" in lines[11]
 
 
 def test_errors_are_one_line_without_traceback(work):

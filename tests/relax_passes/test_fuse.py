@@ -102,3 +102,12 @@ def test_a_join_of_elementwise_branches_fuses_gelu_into_the_dense_layer():
     ops = extract_graph(FuseKeepingWaves()(plain)).operators
     assert len(ops) == 1, [op.name for op in ops]
     assert "matmul" in ops[0].func and "erf" in ops[0].func
+
+
+def test_on_a_cpu_the_elementwise_join_is_a_producers_epilogue():
+    """``fuse_elementwise_joins`` (the CPU's pipeline): the residual add and its ReLU fuse
+    into one matmul, not a pass of their own; a concatenation join would still stay apart."""
+    fused = FuseKeepingWaves(fuse_elementwise_joins=True)(_annotated(TwoBranches))
+    funcs = [op.func for op in extract_graph(fused).operators]
+    assert len(funcs) == 2, funcs
+    assert sum("add" in f and "relu" in f and "matmul" in f for f in funcs) == 1, funcs
