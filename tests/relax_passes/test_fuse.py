@@ -111,3 +111,14 @@ def test_on_a_cpu_the_elementwise_join_is_a_producers_epilogue():
     funcs = [op.func for op in extract_graph(fused).operators]
     assert len(funcs) == 2, funcs
     assert sum("add" in f and "relu" in f and "matmul" in f for f in funcs) == 1, funcs
+
+
+def test_on_a_cpu_a_join_with_a_plain_elementwise_branch_stays_apart():
+    """``relu(conv(x)) + relu(x)``: fused, the ReLU of ``x`` would enter the convolution's
+    group and the convolution rules would decline it; the join stays a kernel of its own."""
+    from tests.relax_passes.models import TwoBranches as ConvAndRelu
+
+    fused = FuseKeepingWaves(fuse_elementwise_joins=True)(_annotated(ConvAndRelu))
+    funcs = [op.func for op in extract_graph(fused).operators]
+    assert any("join" in f for f in funcs), funcs
+    assert not any("conv2d" in f and "add" in f for f in funcs), funcs
