@@ -38,7 +38,7 @@ LOSSES = ("waits", "idle", "launch_join", "gaps")
 
 def load(spec: str):
     """``(onnx model, inputs)`` of ``real:NAME`` (torchvision's, full size) or a spec of
-    ``bench.gpu_window.load_model`` (``zoo:NAME[:reduced|:smoke]``, ``light:NAME``)."""
+    ``bench.window_models.load_model`` (``zoo:NAME[:reduced|:smoke]``, ``light:NAME``)."""
     kind, name, *_ = spec.split(":")
     if kind == "real":
         from tvm_rtask.models.onnx_light import random_inputs
@@ -46,7 +46,7 @@ def load(spec: str):
 
         model = load_real_model(name, size="full", seed=0)
         return model, random_inputs(model)
-    from bench.gpu_window import load_model
+    from bench.window_models import load_model
 
     return load_model(spec)
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from bench import RESULTS, ROOT, append_jsonl, read_jsonl
 from bench.gpu_check import _kill_group, probe_gpu
+from bench.window_models import load_model
 
 ME = [sys.executable, "-m", "bench.gpu_window"]  # this module's workers
 
@@ -70,24 +71,6 @@ PACK_MANIFEST = "manifest.json"
 
 
 # -- models -----------------------------------------------------------------------------------
-def load_model(spec: str):
-    """``light:NAME`` (onnx's light models, seeded weights), ``zoo:NAME`` (full size),
-    ``zoo:NAME:reduced`` or ``zoo:NAME:smoke`` (the harness's tiny overrides); returns
-    ``(onnx model, inputs by name)``."""
-    kind, name, *variant = spec.split(":")
-    if kind == "light":
-        from tvm_rtask.testing.onnx_light import load_light_model, random_inputs
-
-        model = load_light_model(name)
-        return model, random_inputs(model)
-    import tvm_rtask.models as zoo
-    from bench.harness import SMOKE_MODELS
-
-    overrides = SMOKE_MODELS.get(name, {}) if variant and variant[0] == "smoke" else {}
-    model = zoo.onnx_model(name, reduced=bool(variant), **overrides)
-    return model, zoo.sample_inputs(model)
-
-
 def inputs_digest(inputs: dict) -> str:
     """sha256 of the inputs (names, shapes, bytes): the pack records it, the window checks
     that the device made the same inputs from the same seeds."""

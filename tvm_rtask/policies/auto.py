@@ -14,6 +14,7 @@ device present (``runtime/policy_trial.py``): the plan made here is then the fir
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..core.graph import RGraph
@@ -37,6 +38,9 @@ class AutoPolicy(Policy):
     to the first candidate). The rProgram limits go to every candidate that takes them."""
 
     name = "auto"
+    # the candidates by name: set by the registry, which collects this class (so this module
+    # does not import the registry back)
+    policy_by_name: ClassVar[Callable[..., Policy] | None] = None
     OPTIONS: ClassVar[dict[str, Any]] = {
         "candidates": DEFAULT_CANDIDATES,
         "choose": "estimate",
@@ -61,8 +65,9 @@ class AutoPolicy(Policy):
     def plan(
         self, graph: RGraph, vdevice: VDevice, cost: CostModel
     ) -> list[RProgram | OrdinaryCall]:
-        from .registry import get_policy  # the registry collects this class
-
+        get_policy = type(self).policy_by_name
+        if get_policy is None:
+            raise OptionError("policy 'auto' is used through tvm_rtask.policies.get_policy")
         best: tuple[float, str, list] | None = None
         estimates: dict[str, float] = {}
         for name in self.options["candidates"]:

@@ -50,3 +50,7 @@ def get_policy(name: str, **options: Any) -> Policy:
     if cls is None:
         raise OptionError(f"unknown policy {name!r}; known policies: {', '.join(policy_names())}")
     return cls(**options)
+
+
+# AutoPolicy plans with its candidates through the registry
+AutoPolicy.policy_by_name = staticmethod(get_policy)
