@@ -24,7 +24,7 @@ from ..backend import as_target, get_backend
 from ..errors import remember_errors
 from ..fallbacks import collecting_fallbacks
 from ..options import RTaskOptions, resolve_options
-from .dataflow import as_tir_call, handle, main_dataflow, with_own_callees
+from .dataflow import as_tir_call, handle, with_own_callees
 from .fallback_notes import with_notes
 from .fold_layout_transforms import FoldConstantLayoutTransforms
 from .fold_pad import FoldPadIntoConv
@@ -32,6 +32,7 @@ from .merged_reads import MergedParamReads
 from .simplify import FoldConstantCalls, RemoveInferenceDropout
 from .stacked_sum import StackedSumToAdd
 from .stitch import StitchFusion
+from .stitch_graph import OpGraph
 
 # TVM's op patterns (relax.transform.AnnotateTIROpPattern)
 BROADCAST, INJECTIVE, OUT_EWISE_FUSABLE, OPAQUE = 1, 2, 4, 8
@@ -43,97 +44,81 @@ def _is_light(mod: tvm.IRModule, value: relax.Expr) -> bool:
     call = as_tir_call(value)
     if call is None:
         return not isinstance(value, relax.Call)
-    return int(mod[call.gvar].attrs.get("op_pattern", OPAQUE)) <= INJECTIVE
+    return _pattern(mod, call) <= INJECTIVE
 
 
-def _independent_joins(block: relax.DataflowBlock, mod: tvm.IRModule | None = None) -> set[int]:
+def _pattern(mod: tvm.IRModule, call) -> int:
+    return int(mod[call.gvar].attrs.get("op_pattern", OPAQUE))
+
+
+def _independent_joins(graph: OpGraph, mod: tvm.IRModule) -> set[int]:
     """Indices of call_tir bindings that read from two producers unordered by ancestry, with
-    an operator other than a light one (:func:`_is_light`, looked up in ``mod``) on either
-    branch since the branches parted; without ``mod`` every such pair."""
+    an operator other than a light one (:func:`_is_light`) on either branch since the
+    branches parted."""
+    bindings = graph.block.bindings
     heavy = 0  # bitset of the bindings that are not light
-    if mod is not None:
-        for i, binding in enumerate(block.bindings):
-            if not _is_light(mod, binding.value):
-                heavy |= 1 << i
-    else:
-        heavy = (1 << len(block.bindings)) - 1
-    producer: dict[int, int] = {}
-    ancestors: list[int] = []  # bitset of binding indices per binding
+    for i, binding in enumerate(bindings):
+        if not _is_light(mod, binding.value):
+            heavy |= 1 << i
     joins = set()
-    for i, binding in enumerate(block.bindings):
-        preds = []
-        for var in relax.analysis.free_vars(binding.value):
-            j = producer.get(handle(var))
-            if j is not None:
-                preds.append(j)
-        mask = 0
-        for j in preds:
-            mask |= ancestors[j] | (1 << j)
-        ancestors.append(mask)
-        producer[handle(binding.var)] = i
-        if as_tir_call(binding.value) is None or len(preds) < 2:
+    for node in graph.nodes:
+        if as_tir_call(bindings[node.index].value) is None:
             continue
-        for a in preds:
-            for b in preds:
-                if a < b and not (ancestors[b] >> a) & 1:
+        for a in node.preds:
+            for b in node.preds:
+                if a < b and not (graph.anc[b] >> a) & 1:
                     # the two branches since they parted: what each has and the other lacks
-                    own_a, own_b = ancestors[a] | (1 << a), ancestors[b] | (1 << b)
+                    own_a, own_b = graph.anc[a] | (1 << a), graph.anc[b] | (1 << b)
                     if ((own_a ^ own_b) & heavy) != 0:
-                        joins.add(i)
+                        joins.add(node.index)
     return joins
 
 
-def _epilogue_producers(mod: tvm.IRModule, block: relax.DataflowBlock) -> set[int]:
+def _epilogue_producers(graph: OpGraph, mod: tvm.IRModule) -> set[int]:
     """Indices of the bindings that end a convolution's or matmul's epilogue: an
     out-ewise-fusable call (pattern 4), or an elementwise or injective call whose one tensor
     input is such a binding's only use. FuseOps makes each one group with its anchor, so a
     join of two of them fuses into one anchor's epilogue and leaves the other whole; a join
     with anything else (a ReLU of a parameter) would pull that into the group, where the
     anchor's schedule rule no longer applies."""
-    uses: dict[int, int] = {}
-    for binding in block.bindings:
-        for var in relax.analysis.free_vars(binding.value):
-            uses[handle(var)] = uses.get(handle(var), 0) + 1
-    index = {handle(b.var): i for i, b in enumerate(block.bindings)}
+    bindings = graph.block.bindings
+    bound = {handle(b.var) for b in bindings}
     ends: set[int] = set()
-    for i, binding in enumerate(block.bindings):
-        call = as_tir_call(binding.value)
+    for node in graph.nodes:
+        call = as_tir_call(bindings[node.index].value)
         if call is None:
             continue
-        pattern = int(mod[call.gvar].attrs.get("op_pattern", OPAQUE))
+        pattern = _pattern(mod, call)
         if pattern == OUT_EWISE_FUSABLE:
-            ends.add(i)
-        elif pattern <= INJECTIVE:
-            inputs = [index[handle(a)] for a in call.args if handle(a) in index]
-            if len(inputs) == 1 and inputs[0] in ends:
-                if uses.get(handle(block.bindings[inputs[0]].var), 0) == 1:
-                    ends.add(i)
+            ends.add(node.index)
+        elif pattern <= INJECTIVE and sum(handle(a) in bound for a in call.args) == 1:
+            (source,) = node.preds
+            if source in ends and len(graph.nodes[source].succs) == 1:
+                ends.add(node.index)
     return ends
 
 
 def _mark_joins_opaque(mod: tvm.IRModule, fuse_elementwise_joins: bool = False) -> tvm.IRModule:
-    found = main_dataflow(mod["main"])
-    if found is None:
+    graph = OpGraph(mod)
+    if graph.block is None:
         return mod
-    index, block = found
     callees = {}
-    epilogues = _epilogue_producers(mod, block) if fuse_elementwise_joins else set()
-    index_of = {handle(b.var): i for i, b in enumerate(block.bindings)}
-    for i in sorted(_independent_joins(block, mod)):
-        call = as_tir_call(block.bindings[i].value)
+    epilogues = _epilogue_producers(graph, mod) if fuse_elementwise_joins else set()
+    for i in sorted(_independent_joins(graph, mod)):
+        call = as_tir_call(graph.block.bindings[i].value)
         prim = mod[call.gvar]
         pattern = int(prim.attrs.get("op_pattern", OPAQUE))
         if pattern == OPAQUE:
             continue
         # an elementwise join (a residual add) as a convolution is to FuseOps: nothing fuses
         # into it, its elementwise consumers (the ReLU after it) fuse after it; other joins
-        # (concatenations, whose producers write into their blocks) stay whole
-        producers = [index_of.get(handle(a)) for a in call.args]
-        if pattern <= BROADCAST and all(p in epilogues for p in producers if p is not None):
-            continue  # left to FuseOps: into one producer's epilogue (fuse_elementwise_joins)
+        # (concatenations, whose producers write into their blocks) stay whole; with
+        # fuse_elementwise_joins, one of two epilogues is left to FuseOps to fuse into
+        if pattern <= BROADCAST and all(p in epilogues for p in graph.nodes[i].preds):
+            continue
         joined = OUT_EWISE_FUSABLE if pattern <= BROADCAST else OPAQUE
         callees[i] = (prim.with_attr("op_pattern", joined), f"{call.gvar.name_hint}_join")
-    return with_own_callees(mod, index, callees)
+    return with_own_callees(mod, graph.block_index, callees)
 
 
 @tvm.transform.module_pass(opt_level=0, name="FuseKeepingWaves")
