@@ -113,6 +113,9 @@ def _run(args: list[str], cwd: str = ROOT) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import onnx
+
+    from bench.peers import load_model
     from tvm_rtask import native
     from tvm_rtask.models.real import REAL_MODELS
 
@@ -126,10 +129,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="rtask-ab-") as tmp:
-        import onnx
-
-        from bench.peers import load_model
-
         models = os.path.join(tmp, "models")
         os.makedirs(models)
         for name in args.models:

@@ -98,9 +98,9 @@ def _even_outer_loop(func: tirx.PrimFunc, max_rtasks: int) -> tirx.PrimFunc:
     too: DeiT-Tiny's 768 -> 192 layer, 3 panels over 33 row tiles, is 99 iterations, 50 and
     49. Unchanged where no such nest evens the chunks."""
     extent = outer_parallel_extent(func)
-    count = chunk_count(extent, max_rtasks)
     outer = _outer_loop(func)
-    if count <= 1 or _idle_share(extent, max_rtasks) <= EVEN_ENOUGH or outer is None:
+    # one chunk (or one vEU) leaves nothing idle: _idle_share is 0 there
+    if _idle_share(extent, max_rtasks) <= EVEN_ENOUGH or outer is None:
         return func
     depth, total, node = 1, extent, outer.body
     while isinstance(node, tirx.For) and isinstance(node.extent, tirx.IntImm):
