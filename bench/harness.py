@@ -31,7 +31,7 @@ Configurations (``--configs`` picks any of them by name)
 ``ios``, ``opara``, ...            tvm-rtask, every other policy with the target's barriers (cuda
                                    default set: ``ios`` only)
 ``onnxruntime``                    ONNX Runtime (CPU; with ``--gpu`` the CUDA provider, if any)
-``torch_eager``                    PyTorch eager: the zoo model's twin (same ONNX graph, weights)
+``torch_eager``                    PyTorch eager (``bench/torch_modules.py``: same weights)
 ``torch_compile``                  ``torch.compile`` of the same (default mode)
 ``torch_compile_max_autotune``     ``mode="max-autotune"`` (cuda; llvm: opt-in, ``-no-cudagraphs``)
 ``torch_compile_reduce_overhead``  ``mode="reduce-overhead"`` (CUDA graphs; cuda only)
@@ -40,8 +40,9 @@ Configurations (``--configs`` picks any of them by name)
                                    convolutions (cuda, opt-in; checked at ``TF32_TOLERANCE``)
 =================================  =================================================================
 
-The PyTorch peers run the zoo model's twin (``tvm_rtask.models.torch_twin``), a model outside
-the zoo goes through onnx2torch (``skipped`` with the reason where it cannot). Every TVM and
+The PyTorch peers run torchvision's own module for its classifiers (BatchNorm folded, the ONNX
+model's weights), the zoo model's twin (``tvm_rtask.models.torch_twin``), else onnx2torch's
+conversion (``skipped`` with the reason where it cannot). Every TVM and
 tvm-rtask configuration is checked against ``tvm_default``'s output (``--tolerance``, 1e-4)
 before it is timed, the peers with ``--peer-tolerance`` (1e-3; no TF32 in PyTorch);
 ``tvm_default`` itself against ONNX Runtime on the CPU, also the reference when
@@ -529,27 +530,16 @@ def _onnxruntime_runner(ctx: ModelContext, entry: dict):
 
 
 def _torch_module(ctx: ModelContext, entry: dict):
-    """The PyTorch module a peer runs: for a zoo model its twin (the same ONNX graph and
-    weights, ``tvm_rtask.models.torch_twin``), else onnx2torch's conversion of the ONNX model;
-    a peer that cannot have one is skipped with the reason."""
-    import tvm_rtask.models as zoo
+    """The PyTorch module a peer runs (``bench.torch_modules``: torchvision's own for its
+    classifiers, a zoo model's twin, else onnx2torch's conversion); a peer that cannot have
+    one is skipped with the reason."""
+    from bench.torch_modules import NoTorchModule, torch_module
 
-    if ctx.spec["model"] in zoo.names():
-        from tvm_rtask.models.torch_twin import twin
-
-        entry["torch_source"] = "twin"
-        return twin(ctx.model)
-    import importlib.util
-
-    if importlib.util.find_spec("onnx2torch") is None:
-        raise _Skip("onnx2torch not installed")
-    from onnx2torch import convert
-
-    entry["torch_source"] = "onnx2torch"
     try:
-        return convert(ctx.model).eval()
-    except Exception as err:
-        raise _Skip(f"onnx2torch cannot convert the model: {one_line(err)}") from err
+        module, entry["torch_source"] = torch_module(ctx.spec["model"], ctx.model)
+    except NoTorchModule as err:
+        raise _Skip(str(err)) from err
+    return module
 
 
 def _torch_runner(config: dict, ctx: ModelContext, entry: dict):
@@ -746,7 +736,7 @@ def device_name(target_kind: str, threads: int) -> str:
 
 # the distributions a benchmark record names the versions of (peers.versions reads them)
 DISTRIBUTIONS = ("apache-tvm", "apache-tvm-ffi", "tvm-rtask", "onnx", "onnxruntime", "torch",
-                 "onnx2torch", "numpy")  # fmt: skip
+                 "torchvision", "onnx2torch", "numpy")  # fmt: skip
 
 
 def environment(target_kind: str, threads: int, args) -> dict:

@@ -15,7 +15,8 @@ back to back (at least :data:`MIN_SAMPLES`; fewer only after ``max_seconds``): m
 p90, N, and how busy the machine was meanwhile (:func:`cpu_sample`). Runtimes
 (:data:`RUNTIMES`): ONNX Runtime (its latency settings; the reference, run first), OpenVINO
 (``PERFORMANCE_HINT: LATENCY``, f32), TVM's default build, tvm-rtask sequential and
-wavefront, PyTorch eager through onnx2torch where installed; every TVM and tvm-rtask build
+wavefront, PyTorch eager where installed (``bench/torch_modules.py``: torchvision's own module
+for its classifiers, BatchNorm folded); every TVM and tvm-rtask build
 for the same target, by default ``llvm-native`` (plain ``llvm`` is SSE2 code).
 
 Writes ``bench/results/<date>-cpu-peers-<threads>t[-smoke].json`` and a ``.md`` beside it (the
@@ -50,7 +51,7 @@ RUNTIMES = {
     "rtask_default": "tvm-rtask default (policy auto)",
     "rtask_sequential": "tvm-rtask sequential",
     "rtask_wavefront": "tvm-rtask wavefront",
-    "torch_eager": "PyTorch eager (onnx2torch)",
+    "torch_eager": "PyTorch eager",
 }
 # tvm-rtask sequential with the CPU backend's schedule rules off (only the threads): opt-in.
 RULES_OFF = "rtask_sequential_rules_off"
@@ -178,7 +179,7 @@ def contention(before: dict | None, after: dict | None) -> dict:
 
 # the distributions a CPU peers record names the versions of
 PEER_DISTRIBUTIONS = ("apache-tvm", "tvm-rtask", "numpy", "onnx", "onnxruntime", "openvino",
-                      "torch", "onnx2torch")  # fmt: skip
+                      "torch", "torchvision", "onnx2torch")  # fmt: skip
 
 
 def versions(distributions=PEER_DISTRIBUTIONS) -> dict:
@@ -363,18 +364,20 @@ def _build_openvino(model, feed: dict, threads: int):
     return (lambda: request.infer(inputs)), outputs, info
 
 
-def _build_torch(model, feed: dict, threads: int):
+def _build_torch(model, feed: dict, threads: int, model_name: str):
+    """PyTorch eager on ``bench.torch_modules``' module: torchvision's own for its classifiers."""
     try:
         import torch
     except ImportError as err:
         raise Skipped("no torch") from err
-    try:
-        from onnx2torch import convert
-    except ImportError as err:
-        raise Skipped("no onnx2torch") from err
+    from bench.torch_modules import NoTorchModule, torch_module
+
     torch.set_num_threads(threads)
     start = time.perf_counter()
-    module = convert(model).eval()
+    try:
+        module, source = torch_module(model_name, model)
+    except NoTorchModule as err:
+        raise Skipped(str(err)) from err
     setup_s = time.perf_counter() - start
     args = [torch.from_numpy(v) for v in feed.values()]
 
@@ -386,15 +389,17 @@ def _build_torch(model, feed: dict, threads: int):
         result = result if isinstance(result, (list, tuple)) else [result]
         return [r.detach().numpy() for r in result]
 
-    return call, outputs, {"setup_s": round(setup_s, 2)}
+    return call, outputs, {"setup_s": round(setup_s, 2), "torch_source": source}
 
 
-def build(name: str, model, feed: dict, threads: int, target):
+def build(name: str, model, feed: dict, threads: int, target, model_name: str = ""):
     """``(call, outputs_of(call's result) -> list of arrays, info)`` for one runtime."""
     if name in TVM_BUILDS:
         return _build_tvm(name, model, feed, threads, target)
     builders = {"onnxruntime": _build_onnxruntime, "openvino": _build_openvino}
-    builder = (builders | {"torch_eager": _build_torch}).get(name)
+    if name == "torch_eager":
+        return _build_torch(model, feed, threads, model_name)
+    builder = builders.get(name)
     if builder is None:
         raise ValueError(f"unknown runtime {name!r}")
     return builder(model, feed, threads)
@@ -418,7 +423,9 @@ def run_worker(spec: dict) -> dict:
 
             target = as_target(target)
             record["target"] = str(target)
-        call, outputs_of, info = build(spec["runtime"], model, feed, spec["threads"], target)
+        call, outputs_of, info = build(
+            spec["runtime"], model, feed, spec["threads"], target, spec["model"]
+        )
         record.update(info)
         out = outputs_of(call())
     except Skipped as why:

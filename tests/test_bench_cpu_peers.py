@@ -139,8 +139,8 @@ def test_markdown_renders_every_kind_of_record():
     assert "| tvm-rtask wavefront | 40.0 (39.0-41.0), 2.00 |" in text
     assert "| OpenVINO (CPU, LATENCY hint) | wrong result |" in text
     # skipped on every model: named once, no row, no sentence per model
-    assert "| PyTorch eager (onnx2torch) |" not in text
-    assert "Not run here: PyTorch eager (onnx2torch) (no torch)" in text
+    assert "| PyTorch eager |" not in text
+    assert "Not run here: PyTorch eager (no torch)" in text
     assert "skipped (no torch)" not in text
     assert "`llvm-native` (llvm, mcpu rocketlake)" in text and "of 10 back-to-back" in text
     assert "is 2.0x slower than ONNX Runtime (20.0 ms)" in text
