@@ -499,6 +499,17 @@ def run_one(spec: dict, timeout: float = WORKER_TIMEOUT_S) -> dict:
         return record
 
 
+def pool_rounds(first: dict | None, record: dict) -> dict:
+    """One runtime's record over rounds: the first round's record with every round's samples
+    pooled (median and the rest over all of them) and each round's median kept; a round that
+    failed makes the whole record that round's."""
+    if first is None or "samples_ms" not in first or "samples_ms" not in record:
+        return record if first is None or "samples_ms" in first else first
+    samples = first["samples_ms"] + record["samples_ms"]
+    medians = first.get("round_medians_ms", [first["median_ms"]]) + [record["median_ms"]]
+    return {**first, **stats(samples), "samples_ms": samples, "round_medians_ms": medians}
+
+
 def describe(record: dict) -> str:
     head = f"{record['model']:14s} {record['label']:36s}"
     if "skipped" in record:
@@ -514,8 +525,11 @@ def describe(record: dict) -> str:
 def measure(models: list[str], runtimes: list[str], threads: int, target: str = DEFAULT_TARGET,
             warmup: int = 5, repeat: int = 30, max_seconds: float | None = 20.0, seed: int = 0,
             size: str | None = None, command: str = "", progress=print,
-            timeout: float = WORKER_TIMEOUT_S, verbose: bool = False) -> dict:  # fmt: skip
-    """Every runtime on every model, one subprocess each, one after another; the results."""
+            timeout: float = WORKER_TIMEOUT_S, verbose: bool = False,
+            rounds: int = 1) -> dict:  # fmt: skip
+    """Every runtime on every model, one subprocess each, one after another, ``rounds``
+    times per model (runtimes interleaved, so a slow spell of the machine falls on all of
+    them; :func:`pool_rounds`); the results."""
     results = environment(threads, target, command)
     if any(r in TVM_BUILDS for r in runtimes):
         from tvm_rtask.backend import as_target
@@ -523,24 +537,25 @@ def measure(models: list[str], runtimes: list[str], threads: int, target: str = 
         results["target_label"] = target_label(as_target(target))
     results["what"] = ("median latency of one call, batch 1, each runtime warm, back-to-back "
                        "calls, in its own process")  # fmt: skip
-    results.update(warmup=warmup, repeat=repeat, max_seconds=max_seconds, seed=seed)
+    results.update(warmup=warmup, repeat=repeat, max_seconds=max_seconds, seed=seed, rounds=rounds)
     # real_model_size: of the real (torchvision) models among them, if any
     results.update(real_model_size=size, weights="seeded random", tolerance=TOLERANCE, models={})
     order = [r for r in REFERENCES if r in runtimes] + [r for r in runtimes if r not in REFERENCES]
     with tempfile.TemporaryDirectory(prefix="tvm-rtask-peers-") as tmp:
         for model in models:
             reference = Path(tmp) / f"{Path(model).stem}-reference.npz"
-            records = {}
-            for runtime in order:
-                spec = {"runtime": runtime, "model": model, "seed": seed, "size": size}
-                spec.update(threads=threads, target=target, warmup=warmup, repeat=repeat)
-                spec.update(max_seconds=max_seconds, reference=str(reference), verbose=verbose)
-                spec.update(write_reference=runtime in REFERENCES, tolerance=TOLERANCE)
-                record = run_one(spec, timeout)
-                if record.get("reference"):
-                    results["models"].setdefault(model, {})["reference"] = runtime
-                records[runtime] = record
-                progress(describe(record))
+            records: dict[str, dict] = {}
+            for _ in range(rounds):
+                for runtime in order:
+                    spec = {"runtime": runtime, "model": model, "seed": seed, "size": size}
+                    spec.update(threads=threads, target=target, warmup=warmup, repeat=repeat)
+                    spec.update(max_seconds=max_seconds, reference=str(reference))
+                    spec.update(write_reference=runtime in REFERENCES, tolerance=TOLERANCE)
+                    record = run_one({**spec, "verbose": verbose}, timeout)
+                    if record.get("reference"):
+                        results["models"].setdefault(model, {})["reference"] = runtime
+                    progress(describe(record))
+                    records[runtime] = pool_rounds(records.get(runtime), record)
             entry = results["models"].setdefault(model, {})
             entry["runtimes"] = {r: records[r] for r in runtimes}
     results["load_average_end"] = load_average()
@@ -551,6 +566,11 @@ def measure(models: list[str], runtimes: list[str], threads: int, target: str = 
 
 
 # -- reporting -------------------------------------------------------------------------------
+def rounds_note(results: dict) -> str:
+    rounds = results.get("rounds", 1)
+    return f" ({rounds} rounds, runtimes interleaved, samples pooled)" if rounds > 1 else ""
+
+
 def _ms(value: float) -> str:
     return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
 
@@ -668,10 +688,11 @@ def markdown(results: dict, source: str) -> str:
     lines += [
         f"`{results['command']}` on {results['date'][:10]}: batch 1, {_threads(threads)} for "
         f"every runtime on {results['cpu']} ({results['cores']} cores), each runtime warm in "
-        f"its own process, median (p10-p90) of {count} back-to-back calls after "
-        f"{results['warmup']} warm-up calls, {results['weights']} weights, every output checked "
-        f"against ONNX Runtime's (relative error < {results['tolerance']:g}); TVM and "
-        f"tvm-rtask compiled for `{results['target']}`{_resolved(results)}; from `{source}`.",
+        f"its own process{rounds_note(results)}, median (p10-p90) of {count} back-to-back "
+        f"calls after {results['warmup']} warm-up calls, {results['weights']} weights, every "
+        f"output checked against ONNX Runtime's (relative error < {results['tolerance']:g}); "
+        f"TVM and tvm-rtask compiled for `{results['target']}`{_resolved(results)}; "
+        f"from `{source}`.",
         "",
         "| runtime | " + " | ".join(f"{m}: ms, ratio to ONNX Runtime" for m in models) + " |",
         "|---|" + "---:|" * len(models),
@@ -747,6 +768,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="threads of every runtime (default: every core of this machine)")  # fmt: skip
     add("--target", default=DEFAULT_TARGET, help="of TVM and tvm-rtask")
     add("--warmup", type=int, default=5)
+    add("--rounds", type=int, default=1, help="runs of every runtime per model, interleaved, "
+        "each in a fresh process; the samples of all rounds pooled")  # fmt: skip
     add("--repeat", type=int, default=50, help="timed calls per runtime")
     add("--max-seconds", type=float, default=30.0, help="stop timing a runtime after this "
         f"long (never under {MIN_SAMPLES} calls)")  # fmt: skip
@@ -782,6 +805,7 @@ def main(argv: list[str] | None = None) -> int:
         args.models, args.runtimes, args.threads, target=args.target, warmup=args.warmup,
         repeat=args.repeat, max_seconds=args.max_seconds, seed=args.seed, size=args.size,
         command=command, progress=lambda line: print(line, flush=True), timeout=args.timeout,
+        rounds=args.rounds,
     )  # fmt: skip
     if args.smoke:
         results["smoke"] = (f"`--smoke` ({SMOKE['repeat']} calls after {SMOKE['warmup']} warm-up "

@@ -17,6 +17,8 @@ import json
 import math
 from pathlib import Path
 
+from bench.peers import rounds_note
+
 # the classifiers issue 28 lists first, in its order (its geomean is over these)
 FIRST_NINE = ["resnet18", "mobilenet_v2", "squeezenet1_1", "googlenet", "shufflenet_v2_x1_0",
               "densenet121", "mnasnet0_5", "inception_v3", "resnext50_32x4d"]  # fmt: skip
@@ -75,7 +77,8 @@ def summarize(peers: dict, torch: dict | None = None) -> dict:
 
 def markdown(summary: dict, peers: dict, sources: list[str]) -> str:
     head = (f"CPU {peers.get('cpu')}, {peers.get('threads')} threads for every runtime, batch 1, "
-            f"full size, each runtime warm in its own process; `{peers.get('command')}` "
+            f"full size, each runtime warm in its own process{rounds_note(peers)}; "
+            f"`{peers.get('command')}` "
             f"(commit {peers.get('commit', '?')}). Medians in ms; last column: tvm-rtask's faster "
             f"policy over ONNX Runtime. From {', '.join(f'`{s}`' for s in sources)}.")  # fmt: skip
     lines = [head, ""]

@@ -174,3 +174,30 @@ def test_a_checkout_changed_during_the_run_is_flagged(monkeypatch):
     results.update(warmup=5, cores=2, cpu="c", date="2026-01-02", target="llvm", tolerance=1e-3)
     text = peers.markdown(results, "x.json")
     assert "not a measurement of one commit" in text
+
+
+def test_rounds_interleave_runtimes_and_pool_their_samples(monkeypatch):
+    order = []
+
+    def fake_run_one(spec, timeout):
+        order.append(spec["runtime"])
+        base = 10.0 if spec["runtime"] == "onnxruntime" else 20.0
+        samples = [base + len(order)] * 3
+        return {"runtime": spec["runtime"], "model": spec["model"], "label": spec["runtime"],
+                "samples_ms": samples, **peers.stats(samples), "relative_error": 0.0}  # fmt: skip
+
+    monkeypatch.setattr(peers, "run_one", fake_run_one)
+    results = peers.measure(["m"], ["openvino", "onnxruntime"], threads=1, rounds=2,
+                            progress=lambda line: None)  # fmt: skip
+    assert order == ["onnxruntime", "openvino"] * 2  # the reference first, every round
+    ort = results["models"]["m"]["runtimes"]["onnxruntime"]
+    assert ort["n"] == 6 and ort["round_medians_ms"] == [11.0, 13.0]
+    assert ort["median_ms"] == 12.0 and results["rounds"] == 2
+
+
+def test_a_failed_round_fails_the_record():
+    good = {"samples_ms": [1.0, 2.0], "median_ms": 1.5}
+    failed = {"error": "wrong result"}
+    assert peers.pool_rounds(good, failed) is failed
+    assert peers.pool_rounds(failed, good) is failed
+    assert peers.pool_rounds(None, good) is good
