@@ -239,12 +239,14 @@ KINDS = ("light", "real", "zoo")
 
 
 def load_model(name: str, seed: int = 0, size: str | None = None):
-    """An ``onnx.ModelProto`` with seeded weights: a light model of the onnx package
-    (``inception_v1``, ``squeezenet``, ...), a real architecture of
-    ``tvm_rtask.models.real`` (``load_real_model(name, size, seed)``; ``size``: its
-    ``"reduced"`` or ``"full"``), a model of the zoo (``tvm_rtask.models``), looked up in
-    that order, or an ``.onnx`` file. ``light:``, ``real:`` or ``zoo:`` in front of a name
-    picks the kind (``real:resnet50``: torchvision's, not the light one)."""
+    """An ``onnx.ModelProto`` with seeded weights: a real architecture of
+    ``tvm_rtask.models.real`` (torchvision's: ``load_real_model(name, size, seed)``; ``size``:
+    its ``"reduced"`` or ``"full"``), a light model of the onnx package (``inception_v1``,
+    ``squeezenet``, ...), a model of the zoo (``tvm_rtask.models``), looked up in that order,
+    or an ``.onnx`` file. ``light:``, ``real:`` or ``zoo:`` in front of a name picks the kind
+    (``light:resnet50``: the onnx package's ResNet-50, not torchvision's). Real before light:
+    the public set's ``resnet50`` and ``densenet121`` are torchvision's (with light first, a
+    table of "torchvision's 15" held the onnx package's two for a while)."""
     import onnx
 
     if name.endswith(".onnx"):
@@ -255,10 +257,10 @@ def load_model(name: str, seed: int = 0, size: str | None = None):
     from tvm_rtask.models.real import REAL_MODELS, load_real_model
     from tvm_rtask.testing.onnx_light import LIGHT_MODELS, load_light_model
 
+    if kind in ("", "real") and (kind or bare in REAL_MODELS):
+        return load_real_model(bare, **({} if size is None else {"size": size}), seed=seed)
     if kind in ("", "light") and bare in LIGHT_MODELS:
         return load_light_model(bare, seed=seed)
-    if kind == "real" or (not kind and bare in REAL_MODELS):
-        return load_real_model(bare, **({} if size is None else {"size": size}), seed=seed)
     from tvm_rtask import models
 
     if kind in ("", "zoo") and bare in models.names():

@@ -160,6 +160,10 @@ def test_model_names_pick_their_kind():
             peers.load_model(bad)
     real = peers.load_model("real:resnet18", size="reduced")  # torchvision's architecture
     assert real.graph.input[0].name == "input"
+    # a name of both kinds is torchvision's unless light: is asked for (the public set)
+    both = peers.load_model("resnet50", size="reduced")
+    assert both == peers.load_model("real:resnet50", size="reduced")
+    assert peers.load_model("light:resnet50").graph.input[0].name != "input"
 
 
 def test_a_checkout_changed_during_the_run_is_flagged(monkeypatch):
