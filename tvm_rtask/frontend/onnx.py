@@ -8,10 +8,12 @@ import tvm
 from tvm import relax
 
 from ..errors import FrontendError
+from .fold_batch_norm import FoldBatchNorm
 
 
 def load_onnx(model, shape_dict: dict | None) -> tvm.IRModule:
-    """The Relax module of ``model``, weights as constants, decomposed for inference.
+    """The Relax module of ``model``, weights as constants, batch norms folded
+    (``frontend/fold_batch_norm.py``), decomposed for inference.
 
     ``main``'s parameters carry the ONNX input names unchanged (TVM's own renaming, which
     turns ``input.1`` into ``input_1``, is off): a caller passes inputs by those names.
@@ -40,4 +42,7 @@ def load_onnx(model, shape_dict: dict | None) -> tvm.IRModule:
         )
     except Exception as err:
         raise FrontendError(f"TVM could not import the ONNX model: {err}") from err
-    return relax.transform.DecomposeOpsForInference()(mod)
+    # batch norms of constant statistics folded first (into the convolution's weights where
+    # one precedes them), what is left decomposed
+    passes = [FoldBatchNorm(), relax.transform.DecomposeOpsForInference()]
+    return tvm.transform.Sequential(passes)(mod)

@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from ..errors import FrontendError
+from .fold_batch_norm import FoldBatchNorm
 
 
 def first_line(err: BaseException) -> str:
@@ -98,6 +99,7 @@ def load_torch(model, example_inputs) -> tvm.IRModule:
     # The importer leaves tuple plumbing behind (batch norm's running statistics, max
     # pooling's unused indices as zeros_like): canonicalize, then drop what nobody reads.
     passes = [
+        FoldBatchNorm(),
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
