@@ -65,7 +65,7 @@ for name in names:
 )
 
 TIME = r"""
-import json, sys, time
+import json, os, sys, time
 import numpy as np
 import tvm
 from tvm import relax
@@ -77,7 +77,7 @@ from bench.peers import stats, time_calls
 from tvm_rtask.testing.run import run_executable
 name, models, seconds, base, head = sys.argv[1:]
 native.load()
-set_num_threads(2)
+set_num_threads(int(os.environ["TVM_NUM_THREADS"]))
 feed = random_inputs(onnx.load(f"{models}/{name}.onnx"), seed=1)
 x = [tvm.runtime.tensor(v) for v in feed.values()]
 sides = {"base": base, "head": head}
@@ -105,8 +105,9 @@ print("RESULT " + json.dumps(row), flush=True)
 """
 
 
-def _run(args: list[str], cwd: str = ROOT) -> str:
-    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+def _run(args: list[str], cwd: str = ROOT, threads: int | None = None) -> str:
+    env = None if threads is None else {**os.environ, "TVM_NUM_THREADS": str(threads)}
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
     if proc.returncode:
         sys.exit(f"failed: {' '.join(args[:3])} ...\n{proc.stderr[-3000:]}")
     return proc.stdout
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", default="full", choices=("full", "reduced"))
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--target", default="llvm-native")
+    parser.add_argument("--threads", type=int, default=2, help="vEUs and worker threads")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
 
@@ -143,11 +145,12 @@ def main(argv: list[str] | None = None) -> None:
             for side, source in (("base", tree), ("head", "-")):
                 os.makedirs(out[side])
                 _run([sys.executable, "-c", EXPORT, source, out[side], models, args.target,
-                      *args.models], cwd=ROOT if source == "-" else source)  # fmt: skip
+                      *args.models], cwd=ROOT if source == "-" else source,
+                     threads=args.threads)  # fmt: skip
             rows = []
             for name in args.models:
                 text = _run([sys.executable, "-c", TIME, name, models, str(args.seconds),
-                             out["base"], out["head"]])  # fmt: skip
+                             out["base"], out["head"]], threads=args.threads)  # fmt: skip
                 row = json.loads(text.split("RESULT ", 1)[1])
                 rows.append(row)
                 print(f"{name}: base {row['base_ms']:.3f} ms, head {row['head_ms']:.3f} ms "
