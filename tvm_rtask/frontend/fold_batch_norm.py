@@ -2,10 +2,9 @@
 one multiply-add per element where no convolution precedes them.
 
 ``DecomposeOpsForInference`` writes a batch norm as ``(x - mean) / sqrt(var + eps) * gamma +
-beta``: four passes' worth of arithmetic in the producer's epilogue, one of them a vector
-division per element. In a ResNet-50 exported with its batch norms (the onnx package's), the
-epilogue cost more than the 1x1 convolution itself: ``128 -> 512`` at 28x28 1179 us against
-ONNX Runtime's 658 (which folds them, as PyTorch users do before export).
+beta``: four operations with four per-channel constants in the producer's epilogue, one of
+them a vector division per element (the onnx package's ResNet-50: 2.5% of its time at 2
+threads, DenseNet-121 2.4-2.6%; docs/frontend.md).
 
 :class:`FoldBatchNorm` runs, on constants only:
 
