@@ -235,7 +235,7 @@ def target_label(target) -> str:
 
 
 # -- models ----------------------------------------------------------------------------------
-KINDS = ("light", "real", "zoo")
+KINDS = ("light", "real", "zoo", "torchvision")
 
 
 def load_model(name: str, seed: int = 0, size: str | None = None):
@@ -244,7 +244,9 @@ def load_model(name: str, seed: int = 0, size: str | None = None):
     its ``"reduced"`` or ``"full"``), a light model of the onnx package (``inception_v1``,
     ``squeezenet``, ...), a model of the zoo (``tvm_rtask.models``), looked up in that order,
     or an ``.onnx`` file. ``light:``, ``real:`` or ``zoo:`` in front of a name picks the kind
-    (``light:resnet50``: the onnx package's ResNet-50, not torchvision's). Real before light:
+    (``light:resnet50``: the onnx package's ResNet-50, not torchvision's); ``torchvision:NAME``
+    exports any torchvision classifier (``bench.torch_modules.torchvision_onnx``: models the
+    project was not tuned on). Real before light:
     the public set's ``resnet50`` and ``densenet121`` are torchvision's (with light first, a
     table of "torchvision's 15" held the onnx package's two for a while)."""
     import onnx
@@ -257,6 +259,13 @@ def load_model(name: str, seed: int = 0, size: str | None = None):
     from tvm_rtask.models.real import REAL_MODELS, load_real_model
     from tvm_rtask.testing.onnx_light import LIGHT_MODELS, load_light_model
 
+    if kind == "torchvision":  # any torchvision classifier, exported here (held-out models)
+        from bench.torch_modules import NoTorchModule, torchvision_onnx
+
+        try:
+            return torchvision_onnx(bare, seed)
+        except (ImportError, NoTorchModule, AttributeError) as err:
+            raise SystemExit(f"cannot export {name!r}: {err}") from err
     if kind in ("", "real") and (kind or bare in REAL_MODELS):
         return load_real_model(bare, **({} if size is None else {"size": size}), seed=seed)
     if kind in ("", "light") and bare in LIGHT_MODELS:
@@ -366,7 +375,7 @@ def _build_openvino(model, feed: dict, threads: int):
     return (lambda: request.infer(inputs)), outputs, info
 
 
-def _build_torch(model, feed: dict, threads: int, model_name: str):
+def _build_torch(model, feed: dict, threads: int, model_name: str, seed: int = 0):
     """PyTorch eager on ``bench.torch_modules``' module: torchvision's own for its classifiers."""
     try:
         import torch
@@ -377,7 +386,7 @@ def _build_torch(model, feed: dict, threads: int, model_name: str):
     torch.set_num_threads(threads)
     start = time.perf_counter()
     try:
-        module, source = torch_module(model_name, model)
+        module, source = torch_module(model_name, model, seed)
     except NoTorchModule as err:
         raise Skipped(str(err)) from err
     setup_s = time.perf_counter() - start
@@ -394,13 +403,14 @@ def _build_torch(model, feed: dict, threads: int, model_name: str):
     return call, outputs, {"setup_s": round(setup_s, 2), "torch_source": source}
 
 
-def build(name: str, model, feed: dict, threads: int, target, model_name: str = ""):
+def build(name: str, model, feed: dict, threads: int, target, model_name: str = "",
+          seed: int = 0):  # fmt: skip
     """``(call, outputs_of(call's result) -> list of arrays, info)`` for one runtime."""
     if name in TVM_BUILDS:
         return _build_tvm(name, model, feed, threads, target)
     builders = {"onnxruntime": _build_onnxruntime, "openvino": _build_openvino}
     if name == "torch_eager":
-        return _build_torch(model, feed, threads, model_name)
+        return _build_torch(model, feed, threads, model_name, seed)
     builder = builders.get(name)
     if builder is None:
         raise ValueError(f"unknown runtime {name!r}")
@@ -425,8 +435,9 @@ def run_worker(spec: dict) -> dict:
 
             target = as_target(target)
             record["target"] = str(target)
+        seed = spec.get("seed", 0)
         call, outputs_of, info = build(
-            spec["runtime"], model, feed, spec["threads"], target, spec["model"]
+            spec["runtime"], model, feed, spec["threads"], target, spec["model"], seed
         )
         record.update(info)
         out = outputs_of(call())

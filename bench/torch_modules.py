@@ -5,6 +5,9 @@ against.
   user runs it, with BatchNorm folded into the convolutions (``torch.fx``'s ``fuse``, what a
   latency-minded user of eager PyTorch does; the committed ONNX files were exported folded, so
   the weights map one to one) and the ONNX model's seeded weights loaded by name;
+- ``torchvision:NAME``, any torchvision classifier outside that set (models nobody here tuned
+  for): the module built again with the same seed as :func:`torchvision_onnx` built the one
+  it exported, BatchNorm folded the same way;
 - the zoo's models: their twins (``tvm_rtask.models.torch_twin``: the same ONNX graph);
 - anything else: onnx2torch's conversion of the ONNX graph, where it can convert it.
 
@@ -15,8 +18,12 @@ Each returns ``(module, source)``; a model that cannot have a module raises
 from __future__ import annotations
 
 import importlib.util
+import os
+from pathlib import Path
 
 import numpy as np
+
+TORCHVISION = "torchvision:"
 
 __all__ = ["NoTorchModule", "torch_module"]
 
@@ -85,10 +92,67 @@ def _torchvision_works() -> bool:
     return True
 
 
-def torch_module(name: str, model) -> tuple[object, str]:
+def seeded_torchvision(name: str, seed: int = 0):
+    """torchvision's classifier ``name`` (``weights=None``, eval) with its own initialisation
+    under ``torch.manual_seed(seed)``, except parameters it initialises to zeros (ViT's head:
+    every output would be 0) drawn from N(0, 0.02); BatchNorm folded (``torch.fx``)."""
+    import torch
+    import torchvision
+    from torch.fx.experimental.optimization import fuse
+
+    torch.manual_seed(seed)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim > 1 and not param.any():
+                param.normal_(0.0, 0.02)
+    try:
+        return fuse(model)
+    except Exception:  # noqa: BLE001 (not traceable by torch.fx: run it unfused)
+        return model
+
+
+def input_size(name: str) -> int:
+    """The square input side torchvision's ``name`` is built for (Inception v3: 299)."""
+    return 299 if name.startswith("inception") else 224
+
+
+def torchvision_onnx(name: str, seed: int = 0):
+    """``torchvision:NAME`` as an ``onnx.ModelProto``: :func:`seeded_torchvision` exported by
+    ``torch.onnx.export`` (the ``torch.export`` exporter, opset 18, its optimiser on), batch 1,
+    input ``input``; cached under ``$XDG_CACHE_HOME/tvm-rtask/torchvision`` by torch version and
+    seed (exports take 5-60 s). Needs torch, torchvision and onnxscript."""
+    import onnx
+    import torch
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    path = cache / "tvm-rtask" / "torchvision" / torch.__version__ / f"{name}-{seed}.onnx"
+    if not path.exists():
+        if importlib.util.find_spec("onnxscript") is None:
+            raise NoTorchModule("exporting torchvision models needs onnxscript")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        size = input_size(name)
+        module = seeded_torchvision(name, seed)
+        example = (torch.randn(1, 3, size, size),)
+        program = torch.onnx.export(
+            module, example, dynamo=True, optimize=True, opset_version=18,
+            input_names=["input"], output_names=["logits"],
+        )  # fmt: skip
+        partial = path.with_suffix(".partial")
+        program.save(str(partial))
+        partial.replace(path)
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model)
+    return model
+
+
+def torch_module(name: str, model, seed: int = 0) -> tuple[object, str]:
     """``(module, source)`` for model ``name`` (its ONNX ``model`` gives the weights)."""
     from tvm_rtask import models as zoo
     from tvm_rtask.models.real import REAL_MODELS
+
+    if name.startswith(TORCHVISION):
+        return seeded_torchvision(name.removeprefix(TORCHVISION), seed), "torchvision"
 
     bare = name.removeprefix("real:")
     dims = model.graph.input[0].type.tensor_type.shape.dim
