@@ -35,6 +35,9 @@ NVCC = shutil.which("nvcc")
 ARCH = "sm_90"
 _ENTRY = re.compile(r"^(?:\.visible |\.weak )?\.(?:entry|func) (\w+)\(", re.M)
 _BODY_CALL = re.compile(r"call\.uni[^;]*?\b(rtask_body_\w+)", re.S)
+# Spill stores ptxas reports in a body function, known and written down
+# (docs/cuda-kernels.md, "Known spills"): any other spill, or one of these gone, fails.
+KNOWN_BODY_SPILLS = {("resnet50", "fused_conv2d20_add14"): 4}
 
 
 def _ptx(source: str, tmp_path, name: str) -> tuple[dict[str, str], str]:
@@ -135,7 +138,7 @@ def test_rkernels_match_tvm_kernels_in_ptx(name, body_functions, tmp_path):
     ours, report = _ptx(tvm_rtask.cuda_source(ex), tmp_path, "rtask")
     theirs, _ = _ptx(reference, tmp_path, "tvm")
     spills = _spills(report)
-    candidates, compared = set(), set()
+    candidates, compared, seen_known = set(), set(), set()
     for k, step in enumerate(plan.steps):
         if not isinstance(step, RProgram):
             continue
@@ -167,9 +170,11 @@ def test_rkernels_match_tvm_kernels_in_ptx(name, body_functions, tmp_path):
         uses_shared = plan.graph.op(op).kernel(step.kernel_of(op)).shared_mem > 0
         assert bool(callees) == (body_functions and uses_shared), (op, callees)
         for fn in callees:
-            assert spills.get(fn, 0) == 0, (op, fn, spills)
+            assert spills.get(fn, 0) == KNOWN_BODY_SPILLS.get((name, func), 0), (op, fn, spills)
+            seen_known.add((name, func))
         # a kernel calling body functions saves the values live across each call (the call
         # ABI's caller-saved registers): ptxas counts those few bytes as spill stores
         assert spills.get(kernel, 0) <= (64 if body_functions else 0), (op, spills[kernel])
         compared.add(func)
     assert compared == candidates and len(compared) >= 10, (len(compared), len(candidates))
+    assert {k for k in KNOWN_BODY_SPILLS if k[0] == name} <= seen_known  # still there
