@@ -29,7 +29,7 @@ from .fallback_notes import with_notes
 from .fold_layout_transforms import FoldConstantLayoutTransforms
 from .fold_pad import FoldPadIntoConv
 from .merged_reads import MergedParamReads
-from .simplify import FoldConstantCalls, RemoveInferenceDropout
+from .simplify import DivideByConstantAsMultiply, FoldConstantCalls, RemoveInferenceDropout
 from .stacked_sum import StackedSumToAdd
 from .stitch import StitchFusion
 from .stitch_graph import OpGraph
@@ -174,6 +174,8 @@ def prepare_pipeline(
         StackedSumToAdd(),
         # an explicit zero pad of a convolution's input as the convolution's own padding
         FoldPadIntoConv(),
+        # GELU's x / sqrt(2) as a multiply: no vector division per element in the epilogue
+        DivideByConstantAsMultiply(),
         *target_passes,
         FoldConstantLayoutTransforms(),
         relax.transform.DeadCodeElimination(),
