@@ -5,7 +5,7 @@ import tvm
 from tvm import relax
 
 from tvm_rtask.relax_passes.dataflow import as_tir_call
-from tvm_rtask.relax_passes.simplify import FoldConstantCalls
+from tvm_rtask.relax_passes.simplify import DivideByConstantAsMultiply, FoldConstantCalls
 from tvm_rtask.testing.run import run_executable
 
 
@@ -95,3 +95,47 @@ def test_fold_constant_calls_leaves_input_module_alone():
     before = len(_tir_calls(mod))
     FoldConstantCalls()(mod)
     assert len(_tir_calls(mod)) == before
+
+
+def _divisions(divisor):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 8), "float32"))
+    y = relax.Var("y", relax.TensorType((2, 8), "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.divide(x, relax.const(divisor)))  # a constant: multiplied
+            out = bb.emit_output(relax.op.divide(a, y))  # a tensor: stays a division
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _op_names(mod):
+    names = []
+    relax.analysis.post_order_visit(
+        mod["main"].body,
+        lambda e: (
+            names.append(e.op.name)
+            if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op)
+            else None
+        ),
+    )
+    return names
+
+
+def test_division_by_a_constant_becomes_a_multiply():
+    rng = np.random.default_rng(3)
+    before = _divisions(np.array(1.4142135, "float32"))
+    after = DivideByConstantAsMultiply()(before)
+    assert _op_names(after).count("relax.divide") == 1 and "relax.multiply" in _op_names(after)
+    feed = {
+        "x": rng.uniform(-3, 3, (2, 8)).astype("float32"),
+        "y": rng.uniform(1, 4, (2, 8)).astype("float32"),
+    }
+    want = run_executable(tvm.compile(before, "llvm"), feed)[0]
+    got = run_executable(tvm.compile(after, "llvm"), feed)[0]
+    np.testing.assert_allclose(got, want, rtol=2e-7)  # one rounding apart at most
+
+
+def test_division_by_zero_stays_a_division():
+    after = DivideByConstantAsMultiply()(_divisions(np.array([0.0, 2.0] * 4, "float32")))
+    assert _op_names(after).count("relax.divide") == 2
