@@ -30,12 +30,14 @@ def test_stitch_beats_fuseops_with_tvm_numbers(name):
     mod, inputs = tvm_rtask.models.get(name, reduced=True)
     ex, plan = compile_with_plan(mod, "llvm", fusion="stitch", num_veu=2)
     kernels = plan.report()["operators"]
-    _, waves = compile_with_plan(mod, "llvm", fusion="fuseops", num_veu=2)
-    assert kernels < waves.report()["operators"]
-    if name != "nasnet_cifar":
+    if name == "nasnet_cifar":
         # NASNet's cells join branches by additions, which Relax's FuseOps fuses into one
         # branch's convolution and stitch keeps apart (the waves); with its batch norms
-        # folded at import, that leaves Relax fewer kernels (docs/fusion.md)
+        # folded at import, that leaves Relax fewer kernels (docs/fusion.md): compared with
+        # the project's fuseops, which keeps the waves too
+        _, waves = compile_with_plan(mod, "llvm", fusion="fuseops", num_veu=2)
+        assert kernels < waves.report()["operators"]
+    else:
         assert kernels < _relax_fuseops_kernels(mod)
     want = run_executable(tvm.compile(mod, "llvm"), inputs)
     got = run_executable(ex, inputs)
