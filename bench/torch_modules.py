@@ -170,5 +170,6 @@ def torch_module(name: str, model, seed: int = 0) -> tuple[object, str]:
     try:
         return convert(model).eval(), "onnx2torch"
     except Exception as err:
-        first = (str(err).strip().splitlines() or [""])[0]
-        raise NoTorchModule(f"onnx2torch cannot convert the model: {first[:200]}") from err
+        from tvm_rtask.tir.rules import one_line
+
+        raise NoTorchModule(f"onnx2torch cannot convert the model: {one_line(err)}") from err

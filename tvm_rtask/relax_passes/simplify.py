@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from .dataflow import as_tir_call, handle, static_shape
+
+
+def _rewrite_calls(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
+    """A copy of ``mod`` (a pass leaves the module it was given as it was) with TVM's
+    ``rewrite_call(pattern, rewriter, ...)`` applied to every Relax function."""
+    mod = mod.clone()
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gvar] = rewrite_call(pattern, rewriter, func)
+    return mod
 
 
 @tvm.transform.module_pass(opt_level=0, name="RemoveInferenceDropout")
@@ -22,10 +33,7 @@ class RemoveInferenceDropout:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         data = wildcard()
         pattern = is_tuple_get_item(is_op("relax.nn.dropout")(data), 0)
-        mod = mod.clone()  # a pass leaves the module it was given as it was
-        for gvar, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                mod[gvar] = rewrite_call(pattern, lambda _, m: m[data], func)
+        mod = _rewrite_calls(mod, pattern, lambda _, m: m[data])
         return relax.transform.DeadCodeElimination()(mod)
 
 
@@ -41,8 +49,6 @@ class DivideByConstantAsMultiply:
     """
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        import numpy as np
-
         data, divisor = wildcard(), is_const()
         pattern = is_op("relax.divide")(data, divisor)
 
@@ -53,11 +59,7 @@ class DivideByConstantAsMultiply:
             reciprocal = relax.const((np.float32(1.0) / value).astype("float32"))
             return relax.op.multiply(matches[data], reciprocal)
 
-        mod = mod.clone()
-        for gvar, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                mod[gvar] = rewrite_call(pattern, rewrite, func)
-        return mod
+        return _rewrite_calls(mod, pattern, rewrite)
 
 
 @relax.expr_functor.mutator
