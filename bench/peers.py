@@ -235,7 +235,31 @@ def target_label(target) -> str:
 
 
 # -- models ----------------------------------------------------------------------------------
-KINDS = ("light", "real", "zoo", "torchvision")
+KINDS = ("light", "real", "zoo", "torchvision", "dense")
+
+
+def dense_layer(shape: str, seed: int = 0):
+    """``dense:MxKxN``: one transformer-style dense layer, ``x[1, M, K] @ W[K, N] + b`` (an
+    ONNX ``MatMul`` and ``Add``, as torch exports ``nn.Linear`` on a sequence), weights drawn
+    with unit-variance outputs: a single layer timed against the peers in their processes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    try:
+        m, k, n = (int(v) for v in shape.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"dense:{shape}: expected dense:MxKxN, e.g. dense:197x768x3072") from None
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
+    bias = rng.standard_normal(n).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])],
+        f"dense_{m}x{k}x{n}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, n])],
+        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "b")],
+    )
+    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
 
 
 def load_model(name: str, seed: int = 0, size: str | None = None):
@@ -246,9 +270,9 @@ def load_model(name: str, seed: int = 0, size: str | None = None):
     or an ``.onnx`` file. ``light:``, ``real:`` or ``zoo:`` in front of a name picks the kind
     (``light:resnet50``: the onnx package's ResNet-50, not torchvision's); ``torchvision:NAME``
     exports any torchvision classifier (``bench.torch_modules.torchvision_onnx``: models the
-    project was not tuned on). Real before light:
-    the public set's ``resnet50`` and ``densenet121`` are torchvision's (with light first, a
-    table of "torchvision's 15" held the onnx package's two for a while)."""
+    project was not tuned on); ``dense:MxKxN`` is one dense layer (:func:`dense_layer`). Real
+    before light: the public set's ``resnet50`` and ``densenet121`` are torchvision's (with
+    light first, a table of "torchvision's 15" held the onnx package's two for a while)."""
     import onnx
 
     if name.endswith(".onnx"):
@@ -259,6 +283,8 @@ def load_model(name: str, seed: int = 0, size: str | None = None):
     from tvm_rtask.models.real import REAL_MODELS, load_real_model
     from tvm_rtask.testing.onnx_light import LIGHT_MODELS, load_light_model
 
+    if kind == "dense":
+        return dense_layer(bare, seed)
     if kind == "torchvision":  # any torchvision classifier, exported here (held-out models)
         from bench.torch_modules import NoTorchModule, torchvision_onnx
 

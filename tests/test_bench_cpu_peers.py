@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import numpy_helper
 
 from bench import peers
 
@@ -164,6 +165,20 @@ def test_model_names_pick_their_kind():
     both = peers.load_model("resnet50", size="reduced")
     assert both == peers.load_model("real:resnet50", size="reduced")
     assert peers.load_model("light:resnet50").graph.input[0].name != "input"
+
+
+def test_dense_kind_is_one_layer_that_onnxruntime_runs_as_numpy_does():
+    model = peers.load_model("dense:5x32x48", seed=1)
+    weight, bias = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    assert weight.shape == (32, 48) and bias.shape == (48,)
+    x = np.random.default_rng(2).standard_normal((1, 5, 32)).astype("float32")
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, x @ weight + bias, rtol=1e-5, atol=1e-5)
+    assert np.abs(got).mean() > 0.3  # unit-variance outputs, not near zero
+    with pytest.raises(SystemExit, match="MxKxN"):
+        peers.load_model("dense:5x32")
 
 
 def test_a_checkout_changed_during_the_run_is_flagged(monkeypatch):
