@@ -95,6 +95,20 @@ def test_packed_weights_are_scheduled_and_match(m, k, n, batch, target):
     assert_close(run(scheduled, args, target), run(func, args, target))
 
 
+@pytest.mark.parametrize("m, prefetched", [(13, True), (50, True), (197, False)])
+def test_products_of_few_rows_prefetch_the_next_panel(m, prefetched):
+    """Few rows: the loop over k prefetches the next panel, never past the last one."""
+    func = _packed_func(NATIVE, m, 24, 256)
+    scheduled = schedule_cpu_func(func, NATIVE)
+    assert str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
+    text = scheduled.script()
+    assert ("llvm.prefetch" in text) == prefetched
+    if prefetched:  # 256 columns: 4 panels of 64, the next one clamped to the last
+        assert "T.min(" in text and "T.int64(3)" in text
+        args = random_args(func)
+        assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))
+
+
 def test_panels_packed_for_narrower_vectors_are_still_scheduled():
     """A module packed for 8-lane vectors (plain llvm) scheduled for this machine's CPU."""
     func = _packed_func(NATIVE, 3, 16, 1000, lanes=8)  # 1000 columns: panels of 8
