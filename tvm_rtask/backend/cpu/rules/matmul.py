@@ -20,6 +20,8 @@ Schedule (per register tile of ``MR`` rows x ``NV`` vectors of columns)::
         out[m, n] = epilogue(acc)                            # inlined into the write-back
 
 A last column tile that does not fit is shifted back to end at ``N`` (``overlap_last_tile``).
+With packed weights and at most :data:`PREFETCH_MAX_ROWS` rows, the loop over ``k`` also
+prefetches the next panel (:func:`prefetch_next_panel`): few rows do few FMAs per weight.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def _is_matmul_kn(sch: s_tir.Schedule, block) -> bool:
 
 # Products of at most PREFETCH_MAX_ROWS rows do few FMAs per weight they read, and their
 # panels come from memory on every call: the loop over k prefetches the next panel
-# (ViT-B/32's 50 x 768 x 3072, weights evicted before each call, 1 thread: 2290 -> 2022 us;
+# (ViT-B/32's 50 x 768 x 3072, weights evicted before each call, 1 thread: 2256 -> 1887 us;
 # 197 rows, where a panel feeds 33 row tiles, gained nothing and lost 14% at 2 threads).
 PREFETCH_MAX_ROWS = 64
 CACHE_LINE_FLOATS = 16
@@ -151,9 +153,14 @@ def prefetch_next_panel(func, weight, panel, row_tile, k, row_tiles: int) -> tir
             return node
         body = tirx.SeqStmt([*(prefetch(s) for s in starts), node.body])
         return tirx.For(
-            node.loop_var, node.min, node.extent, node.kind, body, node.thread_binding,
+            node.loop_var,
+            node.min,
+            node.extent,
+            node.kind,
+            body,
+            node.thread_binding,
             node.annotations,
-        )  # fmt: skip
+        )
 
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.For, visit)))
 
@@ -183,7 +190,8 @@ class MatmulKN(CPUScheduleRule):
     to six rows: six rows of four vectors ran 1-15% faster than four on every transformer and
     ConvNeXt shape measured (ViT-B/16's 197x768 @ 768x3072: 3.43 -> 2.91 ms, 2 threads);
     seven spill. With 16 (SSE, AVX2), 16 in up to four rows: two rows (no spill) measured
-    2-6% slower on SSE."""
+    2-6% slower on SSE. ``prefetch_max_rows``: products of packed weights with at most this
+    many rows prefetch the next panel (0: none)."""
 
     def __init__(
         self,
