@@ -240,26 +240,17 @@ KINDS = ("light", "real", "zoo", "torchvision", "dense")
 
 def dense_layer(shape: str, seed: int = 0):
     """``dense:MxKxN``: one transformer-style dense layer, ``x[1, M, K] @ W[K, N] + b`` (an
-    ONNX ``MatMul`` and ``Add``, as torch exports ``nn.Linear`` on a sequence), weights drawn
-    with unit-variance outputs: a single layer timed against the peers in their processes."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    ONNX ``MatMul`` and ``Add``, as torch exports ``nn.Linear`` on a sequence), He-normal
+    weights as the zoo's (``GraphBuilder.linear``): one layer timed against the peers."""
+    from tvm_rtask.models._builder import GraphBuilder
 
     try:
         m, k, n = (int(v) for v in shape.lower().split("x"))
     except ValueError:
         raise SystemExit(f"dense:{shape}: expected dense:MxKxN, e.g. dense:197x768x3072") from None
-    rng = np.random.default_rng(seed)
-    weight = (rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
-    bias = rng.standard_normal(n).astype("float32")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])],
-        f"dense_{m}x{k}x{n}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, n])],
-        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "b")],
-    )
-    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    builder = GraphBuilder(f"dense_{m}x{k}x{n}", seed)
+    builder.output(builder.linear(builder.input("x", (1, m, k)), n))
+    return builder.build()
 
 
 def load_model(name: str, seed: int = 0, size: str | None = None):
