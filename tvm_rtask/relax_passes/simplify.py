@@ -12,16 +12,6 @@ from ..relax_exprs import constant_array, op_name, rewrite_functions
 from .dataflow import as_tir_call, handle, static_shape
 
 
-def _rewrite_calls(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
-    """A copy of ``mod`` (a pass leaves the module it was given as it was) with TVM's
-    ``rewrite_call(pattern, rewriter, ...)`` applied to every Relax function."""
-    mod = mod.clone()
-    for gvar, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gvar] = rewrite_call(pattern, rewriter, func)
-    return mod
-
-
 @tvm.transform.module_pass(opt_level=0, name="RemoveInferenceDropout")
 class RemoveInferenceDropout:
     """``dropout(x)[0]`` is ``x`` at inference.
@@ -34,7 +24,10 @@ class RemoveInferenceDropout:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         data = wildcard()
         pattern = is_tuple_get_item(is_op("relax.nn.dropout")(data), 0)
-        mod = _rewrite_calls(mod, pattern, lambda _, m: m[data])
+        mod = mod.clone()  # a pass leaves the module it was given as it was
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                mod[gvar] = rewrite_call(pattern, lambda _, m: m[data], func)
         return relax.transform.DeadCodeElimination()(mod)
 
 
