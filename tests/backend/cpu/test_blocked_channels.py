@@ -54,8 +54,8 @@ class Builder:
 
 def _resnet_like(channels=32, hw=16, grouped=True):
     """A stem of 3 channels, max pool, a bottleneck with a strided downsampling 1x1, a
-    residual join, a depthwise and a grouped convolution (stays NCHW), global mean and a
-    dense layer."""
+    residual join, a depthwise and a grouped convolution of 24-channel groups (stays NCHW),
+    global mean and a dense layer."""
     net = Builder(3, hw * 2)
     with net.bb.function("main", [net.x]):
         with net.bb.dataflow():
@@ -67,9 +67,10 @@ def _resnet_like(channels=32, hw=16, grouped=True):
             d = net.conv(y, channels, 4 * channels, 1, stride=2, relu=False)
             y = net.bb.emit(relax.op.nn.relu(relax.op.add(a, d)))
             y = net.conv(y, 4 * channels, 4 * channels, 3, groups=4 * channels)  # depthwise
-            if grouped:  # stays in NCHW
-                y = net.conv(y, 4 * channels, 4 * channels, 3, groups=2)
-            y = net.conv(y, 4 * channels, 2 * channels, 1)
+            if grouped:  # stays in NCHW: 24-channel groups
+                y = net.conv(y, 4 * channels, 3 * channels, 1)
+                y = net.conv(y, 3 * channels, 3 * channels, 3, groups=4)
+            y = net.conv(y, int(y.ty.shape[1]), 2 * channels, 1)
             y = net.bb.emit(relax.op.mean(y, axis=[2, 3]))
             w = net.rng.standard_normal((2 * channels, 10)) * 4 / np.sqrt(2 * channels)
             out = net.bb.emit_output(relax.op.matmul(y, relax.const(w.astype("float32"))))
@@ -110,7 +111,10 @@ def _conv_call(cin, cout, k, hw=14, groups=1):
         (24, 64, 3, 1, ["NCHW", "OIHW32o", "NCHW16c"]),
         (144, 24, 1, 1, ["NCHW16c", "OIHW24o", "NCHW"]),  # to 24 channels: half vectors
         (64, 64, 3, 64, ["NCHW16c", "OIHW16o", "NCHW16c"]),  # depthwise
-        (64, 64, 3, 4, None),  # grouped
+        (64, 64, 3, 4, ["NCHW16c", "OIHW16o", "NCHW16c"]),  # groups of one vector
+        (128, 128, 3, 4, ["NCHW16c", "OIHW32o", "NCHW16c"]),  # of two: a panel each
+        (64, 64, 3, 8, None),  # groups of 8 channels: widened first (test_widen_groups)
+        (96, 96, 3, 4, None),  # of 24: a vector would straddle two groups
         (24, 40, 1, 1, None),  # neither side in whole vectors
     ],
 )
@@ -132,7 +136,7 @@ def test_the_pass_blocks_the_convolutions_and_keeps_the_others_in_nchw():
 
 def test_a_model_with_more_layout_changes_than_allowed_stays_in_nchw():
     """The grouped convolution keeps NCHW inside the blocked part: a change of layout of its
-    8192-element input and one of its output, against one allowed (the channel vector
+    6144-element input and one of its output, against one allowed (the channel vector
     before the dense layer is too small to count)."""
     mod, _ = _resnet_like()
     blocked = BlockedChannels(16, 32, max_layout_changes=1)
@@ -179,6 +183,13 @@ CASES = {
     "1x1_17x17_panels_in_parallel": (64, 192, 17, 1, 1),  # 289 pixels: no tile divides
     "3x3_s2_rgb_stem_to_blocks": (3, 32, 32, 3, 2),  # input NCHW, output blocked
     "1x1_blocks_to_24_channels": (144, 24, 14, 1, 1),  # input blocked, output NCHW
+    # grouped (cin, cout, hw, k, stride, groups): a panel reads its own group's blocks
+    "grouped_3x3_k_blocked_14": (160, 160, 14, 3, 1, 10),
+    "grouped_3x3_s2": (64, 64, 28, 3, 2, 4),
+    "grouped_3x3_rows_of_17": (64, 64, 17, 3, 1, 2),  # 32-channel groups, row by row
+    "grouped_3x3_panels_of_two_vectors": (128, 128, 8, 3, 1, 4),
+    "grouped_widened_from_8": (64, 64, 14, 3, 1, 8),  # zeros between the groups
+    "grouped_widened_from_4": (64, 64, 14, 3, 2, 16),
 }
 
 
@@ -205,11 +216,11 @@ def blocked_alone(mod, cin, hw, rule, part="nchwc"):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_nchwc_schedule_matches_tvms_build_and_is_the_rules(case):
-    cin, cout, hw, k, stride = CASES[case]
+    cin, cout, hw, k, stride, *groups = CASES[case]
     net = Builder(cin, hw)
     with net.bb.function("main", [net.x]):
         with net.bb.dataflow():
-            y = net.conv(net.x, cin, cout, k, stride=stride)
+            y = net.conv(net.x, cin, cout, k, stride=stride, groups=groups[0] if groups else 1)
             y = net.bb.emit(relax.op.add(y, relax.op.nn.relu(y)))  # an elementwise tail
             out = net.bb.emit_output(y)
         net.bb.emit_func_output(out)

@@ -8,15 +8,17 @@ together, and the tile's accumulators are stored as whole vectors. ONNX Runtime 
 oneDNN run their x86 convolutions in this layout.
 
 :class:`BlockedChannels` asks TVM's own ``ConvertLayout`` for ``NCHW{lanes}c`` data and
-``OIHW{T}o`` kernels on every convolution it can schedule that way (one group, channels in
-whole vectors, and depthwise ones: :func:`blocked_layouts`); ``ConvertLayout`` carries the
-layout through the elementwise operators, pools, concatenations and reductions between them
-and changes it back where an operator needs NCHW (an RGB stem, a grouped convolution, a
-flatten). A constant weight's ``layout_transform`` folds at compile time, so the weight
-arrives packed in panels of ``T`` output channels as ``conv2d_packed``'s does. TOPI cannot
-legalize a convolution with channel blocks, so the pass then rewrites each into a call of
-the PrimFunc ``conv2d_nchwc`` or ``depthwise_conv2d_nchwc`` (TE computes with their own
-``op_pattern``, so the bias add, activation and residual add fuse into them), which
+``OIHW{T}o`` kernels on every convolution it can schedule that way (channels in whole
+vectors, groups of whole vectors, and depthwise ones: :func:`blocked_layouts`);
+``ConvertLayout`` carries the layout through the elementwise operators, pools,
+concatenations and reductions between them and changes it back where an operator needs NCHW
+(an RGB stem, groups narrower than a vector, a flatten). Groups of 4 or 8 channels are
+widened to 16 with zero weights first (``widen_groups.py``). A constant weight's
+``layout_transform`` folds at compile time, so the weight arrives packed in panels of ``T``
+output channels as ``conv2d_packed``'s does. TOPI cannot legalize a convolution with channel
+blocks, so the pass then rewrites each into a call of the PrimFunc ``conv2d_nchwc`` or
+``depthwise_conv2d_nchwc`` (TE computes with their own ``op_pattern``, so the bias add,
+activation and residual add fuse into them), which
 ``Conv2dPackedNCHW`` and ``WindowNCHWc`` schedule.
 """
 
@@ -42,6 +44,7 @@ from ...relax_exprs import (
 )
 from ...tir.rules import one_line
 from .pack_conv_weights import conv2d_over_panels, conv_output_size, conv_panel, pad_spatial
+from .widen_groups import MAX_WIDENING, WidenNarrowGroups
 
 NCHWC_NAME = "conv2d_nchwc"
 # A convolution whose output channels are not whole vectors writes NCHW in panels of half
@@ -69,6 +72,7 @@ def blocked_layouts(call: relax.Call, lanes: int, registers: int) -> list[str] |
     ``lanes``, or None to leave it as it is: float32, batch 1, and either
 
     - depthwise, its channels in whole vectors (``NCHW{lanes}c`` in and out), or
+    - grouped, each group's channels whole vectors in and out (:func:`_grouped_layouts`), or
     - one group, with a panel width ``T`` that divides the output channels: the input in
       channel blocks where its channels are whole vectors (else NCHW: an RGB stem, 24
       channels), the output where its channels are (else NCHW, in panels of half vectors:
@@ -94,7 +98,7 @@ def blocked_layouts(call: relax.Call, lanes: int, registers: int) -> list[str] |
     if groups != 1:  # depthwise: one input channel a group, one output channel a channel
         if blocked_in and groups == channels == out_channels and w_shape[1] == 1:
             return [f"NCHW{lanes}c", f"OIHW{lanes}o", f"NCHW{lanes}c"]
-        return None
+        return _grouped_layouts(call, lanes, registers)
     if not blocked_out:
         if not blocked_in or out_channels % (lanes // 2):
             return None
@@ -112,6 +116,27 @@ def blocked_layouts(call: relax.Call, lanes: int, registers: int) -> list[str] |
     data = f"NCHW{lanes}c" if blocked_in else "NCHW"
     out = f"NCHW{lanes}c" if blocked_out else "NCHW"
     return [data, f"OIHW{panel}o", out]
+
+
+def _grouped_layouts(call: relax.Call, lanes: int, registers: int) -> list[str] | None:
+    """Layouts of a grouped (not depthwise) convolution whose groups are whole channel
+    blocks in and out (RegNet-X's 16-channel groups, ResNeXt-50's last stage's 32): a panel
+    of the group's output channels reads the group's input blocks only, so it runs as one
+    group's convolution. Groups narrower than a vector are left in NCHW (a vector's lanes
+    would read different input channels)."""
+    x_shape, w_shape = (static_shape_of(arg) for arg in call.args)
+    groups, out_channels = int(call.attrs.groups), w_shape[0]
+    group_in, group_out = w_shape[1], out_channels // groups
+    if group_in % lanes or group_out % lanes or x_shape[1] != group_in * groups:
+        return None
+    padding = four_sided_padding(call.attrs)
+    group_shape = (group_out, group_in, *w_shape[2:])
+    panel = conv_panel(
+        group_shape, x_shape, call.attrs, padding, lanes, registers, pointwise_always=True
+    )
+    if panel is None or panel % lanes or group_out % panel:
+        return None
+    return [f"NCHW{lanes}c", f"OIHW{panel}o", f"NCHW{lanes}c"]
 
 
 def _blocks(layout: str) -> int | None:
@@ -157,10 +182,10 @@ class _Lowering(relax.PyExprMutator):
             return call
         padding = four_sided_padding(attrs)
         groups = int(attrs.groups)
-        if groups != 1:
-            x_shape = static_shape_of(call.args[0])
-            if x_shape is None or len(x_shape) != 5 or groups != x_shape[1] * x_shape[4]:
-                return call
+        x_shape = static_shape_of(call.args[0])
+        if groups != 1 and (x_shape is None or len(x_shape) != 5):
+            return call
+        if groups != 1 and groups == x_shape[1] * x_shape[4]:
             return self.builder_.call_te(
                 _depthwise_conv2d_nchwc,
                 call.args[0],
@@ -180,6 +205,7 @@ class _Lowering(relax.PyExprMutator):
             ints(attrs.dilation),
             _blocks(out),
             NCHWC_NAME,
+            groups,
             primfunc_name_hint=NCHWC_NAME,
             primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
         )
@@ -300,7 +326,9 @@ class BlockedChannels:
     of the target's vectors, ``registers``: its vector registers. The model stays in NCHW
     where it has fewer than ``min_blocked_convs`` convolutions to block, or the conversion
     leaves more than ``max_layout_changes`` changes of layout (or one per
-    :data:`CONVS_PER_LAYOUT_CHANGE` blocked convolutions)."""
+    :data:`CONVS_PER_LAYOUT_CHANGE` blocked convolutions). Grouped convolutions of groups
+    narrower than a vector are widened first, up to ``max_widening`` times the work
+    (``widen_groups.py``; 1: never)."""
 
     def __init__(
         self,
@@ -308,7 +336,9 @@ class BlockedChannels:
         registers: int,
         max_layout_changes: int = MAX_LAYOUT_CHANGES,
         min_blocked_convs: int = MIN_BLOCKED_CONVS,
+        max_widening: int = MAX_WIDENING,
     ) -> None:
+        self.max_widening = max_widening
         self.lanes = lanes
         self.registers = registers
         self.max_layout_changes = max_layout_changes
@@ -328,10 +358,12 @@ class BlockedChannels:
                 blocked_layouts(expr, self.lanes, self.registers) is not None
             )
 
+        original = mod
+        if self.max_widening > 1:  # narrow groups as groups of whole vectors
+            mod = rewrite_functions(mod, WidenNarrowGroups(mod, self.lanes, self.max_widening))
         candidates = _count(mod, blockable)
         if candidates < self.min_blocked_convs:
-            return mod  # nothing to gain (ViT's patch embedding)
-        original = mod
+            return original  # nothing to gain (ViT's patch embedding)
         mod = relax.transform.DeadCodeElimination()(rewrite_functions(mod, _ScalarBoundsAsOps(mod)))
         mod = rewrite_functions(mod, _OperandsOfFullRank(mod))
         subject, kept = f"the model's {candidates} blockable convolutions", self._kept()

@@ -165,13 +165,17 @@ def conv2d_over_panels(
     dilation,
     out_block: int | None = None,
     name: str = PACKED_NAME,
+    groups: int = 1,
 ) -> te.Tensor:
     """A convolution over weights in panels of ``T`` output channels (``packed[f // T, c,
     i, j, f % T]``), its input NCHW or in channel blocks (5-D), its output NCHW or, with
-    ``out_block``, in blocks of that many channels."""
+    ``out_block``, in blocks of that many channels. With ``groups``, output channel ``f``
+    reads the ``C / groups`` input channels of its group; ``T`` (and ``out_block``) divide a
+    group's output channels, so a panel (a channel block) lies in one group."""
     in_block = int(x.shape[4]) if len(x.shape) == 5 else None
     n = int(x.shape[0])
     panels, c_extent, kh, kw, width = (int(d) for d in packed.shape)
+    group_out = panels * width // groups
     (sh, sw), (dh, dw) = strides, dilation
     out_h, out_w = conv_output_size(x, (kh, kw), strides, padding, dilation)
     x = pad_spatial(x, padding)
@@ -182,15 +186,26 @@ def conv2d_over_panels(
     def read(b, c, y, xx):
         return x[b, c // in_block, y, xx, c % in_block] if in_block else x[b, c, y, xx]
 
-    def total(b, f, y, xx):
-        value = read(b, rc, y * sh + ry * dh, xx * sw + rx * dw)
+    def total(b, f, y, xx, first=0):
+        value = read(b, first + rc, y * sh + ry * dh, xx * sw + rx * dw)
         return te.sum(value * packed[f // width, rc, ry, rx, f % width], axis=[rc, ry, rx])
 
+    def first_of(f):  # the first input channel of output channel f's group
+        return (f // group_out) * c_extent if groups > 1 else 0
+
     if out_block is None:
-        return te.compute((n, panels * width, out_h, out_w), total, name=name)
+        return te.compute(
+            (n, panels * width, out_h, out_w),
+            lambda b, f, y, xx: total(b, f, y, xx, first_of(f)),
+            name=name,
+        )
+    # the group's first input channel from the channel block alone: the same for every lane
+    blocks_a_group = group_out // out_block
     return te.compute(
         (n, panels * width // out_block, out_h, out_w, out_block),
-        lambda b, fb, y, xx, fl: total(b, fb * out_block + fl, y, xx),
+        lambda b, fb, y, xx, fl: total(
+            b, fb * out_block + fl, y, xx, (fb // blocks_a_group) * c_extent if groups > 1 else 0
+        ),
         name=name,
     )
 
