@@ -20,7 +20,7 @@ from tvm import relax
 from ...relax_exprs import array_const, bound_value, constant_array, op_name, static_shape_of
 
 # Widened at most this many times (16-lane vectors: groups of 4 or 8 channels). ResNeXt-50's
-# first stage (groups of 4) widened four times, the whole model then in channel blocks: -4.1%
+# first stage (groups of 4) widened four times, the whole model then in channel blocks: -3.9%
 # at 1 thread, -3.3% at 2, against the model in NCHW (docs/cpu-kernels.md, "Grouped
 # convolutions").
 MAX_WIDENING = 4
