@@ -11,6 +11,8 @@ from tvm import relax
 # TVM's OpPatternKind.kOutEWiseFusable: a call that elementwise consumers fuse into (a
 # rewrite's call_te of a matmul or convolution keeps its bias and activation fused)
 OUT_EWISE_FUSABLE = 4
+# TVM's OpPatternKind.kOpaque: a call FuseOps fuses with nothing
+OPAQUE = 8
 
 
 def op_name(expr) -> str | None:

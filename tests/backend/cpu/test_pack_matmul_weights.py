@@ -12,6 +12,7 @@ from tvm_rtask.backend.cpu.pack_matmul_weights import (
     PACKED_NAME,
     PackMatmulWeights,
     pack_weight,
+    padded_panels,
     panel_width,
 )
 
@@ -97,3 +98,55 @@ def test_packed_build_gives_bitwise_the_same_outputs(x_shape):
         outputs.append(vm["main"](x).numpy())
     assert np.abs(outputs[0]).max() > 1.0  # alive
     np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+@pytest.mark.parametrize(
+    "n, lanes, found",
+    [(1000, 16, (64, 1024)), (1000, 8, (32, 1024)), (100, 16, (16, 112)), (40, 16, None)],
+)
+def test_padded_panels_take_the_widest_that_wastes_little(n, lanes, found):
+    assert padded_panels(n, lanes) == found
+
+
+def test_pack_weight_pads_the_last_panel_with_zeros():
+    weight = np.arange(3 * 10, dtype="float32").reshape(3, 10) + 1
+    packed = pack_weight(weight, 4)
+    assert packed.shape == (3, 3, 4)
+    assert not packed[2, :, 2:].any() and packed[2, :, :2].all()
+
+
+@pytest.mark.parametrize("x_shape", [(1, 100), (1, 7, 100)])
+def test_padded_weights_are_packed_and_sliced_back(x_shape):
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((100, 1000)).astype("float32")
+    mod = _module(x_shape, weight)
+    packed = PackMatmulWeights(16)(mod)
+    calls = called_names(packed)
+    assert PACKED_NAME in calls and "relax.strided_slice" in calls
+    assert "relax.matmul" not in calls
+    x = tvm.runtime.tensor(rng.standard_normal(x_shape).astype("float32"))
+    outputs = []
+    for variant in (mod, packed):
+        vm = relax.VirtualMachine(tvm.compile(variant, "llvm"), tvm.cpu())
+        outputs.append(vm["main"](x).numpy())
+    assert outputs[1].shape == (*x_shape[:-1], 1000)
+    assert np.abs(outputs[0]).max() > 1.0  # alive
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+def test_padded_product_is_fused_with_nothing():
+    """The slice fused into the product is an epilogue MatmulKN cannot inline: the product
+    would run unscheduled. The bias add fuses into the slice instead."""
+    weight = np.ones((100, 1000), "float32")
+    mod = PackMatmulWeights(16)(_module((1, 100), weight))
+    mod = tvm.ir.transform.Sequential(
+        [
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
+    )(mod)
+    names = sorted(gv.name_hint for gv, f in mod.functions.items() if gv.name_hint != "main")
+    assert PACKED_NAME in names and any("strided_slice" in n and "add" in n for n in names)
+    assert not any(PACKED_NAME in n and n != PACKED_NAME for n in names)

@@ -12,8 +12,17 @@ PrimFunc ``matmul_packed(x, Wp)``, with ``Wp[n // T, k, n % T] = W[k, n]`` compu
 (numpy): a panel of ``T`` columns is then ``k * T`` contiguous floats. The CPU rule
 ``MatmulKN`` schedules it with column tiles of ``T`` (the panel), so the loads stream. ``T``
 is four vectors of the target (64 floats with AVX-512, 32 with AVX2) or, when ``n`` is not a
-multiple of that, two vectors or one; a weight with no such ``T`` is left alone. The numbers
-are the same products summed in the same order, so outputs are bitwise equal.
+multiple of that, two vectors or one. The numbers are the same products summed in the same
+order, so outputs are bitwise equal.
+
+A weight whose columns no vector count divides (the 1,000 classes of every ImageNet
+classifier, with 16 lanes) is padded with zero columns to whole panels
+(:func:`padded_panels`): unpacked, its column tiles read rows ``n * 4`` bytes apart
+(ResNet-50's ``2048 x 1000`` classifier at batch 1: 694 us, ONNX Runtime's 368). The
+product is computed ``n_padded`` wide and sliced back to ``n`` (one ``strided_slice``, into
+which the bias add fuses). That product is opaque to FuseOps: fused into it, the slice would
+be an epilogue of another shape, which ``MatmulKN`` cannot inline, and the kernel would run
+unscheduled (MobileNet v3's classifier: 1.4 ms; docs/cpu-kernels.md, "Matrix products").
 
 The pass runs in RTaskPrepare, as the llvm backend's own pass when the CPU rules are on
 (``CPUBackend.prepare_passes``), before legalization; the call carries ``op_pattern`` 4
@@ -27,6 +36,7 @@ import tvm
 from tvm import relax, te
 
 from ...relax_exprs import (
+    OPAQUE,
     OUT_EWISE_FUSABLE,
     bound_value,
     constant_array,
@@ -50,10 +60,33 @@ def panel_width(
     return None
 
 
+# at most this share of a padded weight's columns are zeros (wider panels first)
+MAX_PADDING = 1 / 16
+
+
+def padded_panels(n: int, lanes: int) -> tuple[int, int] | None:
+    """``(T, n_padded)`` for ``n`` columns that no vector count divides: the widest panel of
+    four, two or one vectors whose zero columns are at most :data:`MAX_PADDING` of
+    ``n_padded`` (else one vector); None under four vectors of columns, rows of at most
+    four cache lines that a column tile reads whole anyway."""
+    if n < 4 * lanes:
+        return None
+    for vectors in (4, 2, 1):
+        width = vectors * lanes
+        padded = -(-n // width) * width
+        if vectors == 1 or (padded - n) <= MAX_PADDING * padded:
+            return width, padded
+    return None
+
+
 def pack_weight(weight: np.ndarray, width: int) -> np.ndarray:
-    """``W[k, n]`` as ``Wp[n // width, k, n % width]`` (contiguous)."""
+    """``W[k, n]`` as ``Wp[n // width, k, n % width]`` (contiguous), zero columns appended
+    up to a multiple of ``width``."""
     k, n = weight.shape
-    return np.ascontiguousarray(weight.reshape(k, n // width, width).transpose(1, 0, 2))
+    padded = -(-n // width) * width
+    if padded != n:
+        weight = np.pad(weight, ((0, 0), (0, padded - n)))
+    return np.ascontiguousarray(weight.reshape(k, padded // width, width).transpose(1, 0, 2))
 
 
 def _matmul_packed(x: te.Tensor, packed: te.Tensor, n: int) -> te.Tensor:
@@ -105,18 +138,27 @@ class _Rewriter(relax.PyExprMutator):
         weight = self._constant_weight(w)
         if weight is None or weight.shape[0] != x_shape[-1]:
             return call
-        width = panel_width(weight.shape[1], self.lanes)
-        if width is None or weight.shape[1] == width:  # one panel: W is already contiguous
+        n = weight.shape[1]
+        width, padded = panel_width(n, self.lanes), n
+        if width is None:
+            found = padded_panels(n, self.lanes)
+            if found is None:
+                return call
+            width, padded = found
+        if padded == width:  # one panel: W is already contiguous
             return call
-        packed = relax.const(pack_weight(weight, width))
-        return self.builder_.call_te(
+        product = self.builder_.call_te(
             _matmul_packed,
             x,
-            packed,
-            weight.shape[1],
+            relax.const(pack_weight(weight, width)),
+            padded,
             primfunc_name_hint=PACKED_NAME,
-            primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
+            primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE if padded == n else OPAQUE},
         )
+        if padded == n:
+            return product
+        wide = self.builder_.emit(product)
+        return relax.op.strided_slice(wide, axes=[len(x_shape) - 1], begin=[0], end=[n])
 
 
 @tvm.transform.module_pass(opt_level=0, name="PackMatmulWeights")
