@@ -37,7 +37,8 @@ def test_depthwise_convolutions_match_tvms_build(case):
 
 @pytest.mark.parametrize(
     "kind, size, stride, pad",
-    [("max", 3, 2, 1), ("avg", 3, 2, 1), ("avg", 7, 1, 0)],  # 7x7: a window left a loop
+    # 7x7: a window left a loop; 3x3/1 padded: GoogLeNet's and Inception's branch pools
+    [("max", 3, 2, 1), ("avg", 3, 2, 1), ("avg", 7, 1, 0), ("max", 3, 1, 1), ("avg", 3, 1, 1)],
 )
 def test_pools_between_blocked_convolutions_stay_blocked_and_match(kind, size, stride, pad):
     net = Builder(32, 14)

@@ -20,7 +20,11 @@ Schedule (a register tile of ``P`` output columns of one channel block)::
 
 Each tap loads one weight vector for ``P`` FMAs, each FMA one input vector: the kernel is
 bound by memory, as depthwise convolutions are; a pool is the same without the weights
-(its average's division inlined into the write-back). Returns None for anything else.
+(its average's division inlined into the write-back). A pool does one comparison or add per
+loaded vector, so the band's padded copy (a write and a second read of its input) would
+cost as much as the pool: its padding is inlined instead, one branch on the tap's row and
+column that is taken the same way everywhere but at the borders. Returns None for anything
+else.
 """
 
 from __future__ import annotations
@@ -86,11 +90,15 @@ class WindowNCHWc(CPUScheduleRule):
     """Depthwise convolution or pooling in NCHWc: a register tile of columns of one channel
     block; see the module docstring. ``max_cols``: the most columns of a tile;
     ``unroll_window``: windows of up to this many taps are unrolled (a large pooling
-    window is a loop)."""
+    window is a loop); ``inline_pool_padding``: a pool reads its input through the padding's
+    condition instead of a padded copy of the band (see the module docstring)."""
 
-    def __init__(self, max_cols: int = 8, unroll_window: int = 25):
+    def __init__(
+        self, max_cols: int = 8, unroll_window: int = 25, inline_pool_padding: bool = True
+    ):
         self.max_cols = max_cols
         self.unroll_window = unroll_window
+        self.inline_pool_padding = inline_pool_padding
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
         found = float32_reduction(
@@ -119,7 +127,11 @@ class WindowNCHWc(CPUScheduleRule):
             return None
         sch.reverse_compute_at(acc, xo, preserve_unit_loops=True)
         par = sch.fuse(n, cb, yo)
+        pool = len(sch.get(conv).reads) == 1
         for pad in pads:
+            if pool and self.inline_pool_padding:
+                sch.compute_inline(pad)
+                continue
             sch.compute_at(pad, par, preserve_unit_loops=True)
             pad_loops = sch.get_loops(pad)
             sch.vectorize(pad_loops[-1])
