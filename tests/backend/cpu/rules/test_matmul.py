@@ -58,7 +58,8 @@ def test_declines_other_products():
 
 
 def _packed_func(target, m, k, n, batch=None, lanes=None):
-    """The fused PrimFunc of ``x @ W + b`` after ``PackMatmulWeights`` (``W`` constant)."""
+    """The fused PrimFunc of ``x @ W + b`` after ``PackMatmulWeights`` (``W`` constant);
+    ``batch``: one leading dimension's extent, or a tuple of them."""
     import numpy as np
     from tvm import relax
 
@@ -67,7 +68,8 @@ def _packed_func(target, m, k, n, batch=None, lanes=None):
 
     rng = np.random.default_rng(0)
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((*([batch] if batch else []), m, k), "float32"))
+    lead = batch if isinstance(batch, tuple) else (batch,) if batch else ()
+    x = relax.Var("x", relax.TensorType((*lead, m, k), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
             y = bb.emit(relax.op.matmul(x, relax.const(rng.standard_normal((k, n), "float32"))))
@@ -83,8 +85,9 @@ def _packed_func(target, m, k, n, batch=None, lanes=None):
         (13, 24, 256, None),  # 13 rows: the last row tile overlaps the one before
         (1, 24, 256, 13),  # [13, 1, K]: the batch tiled as rows
         (5, 16, 96, 2),  # batches that read the same weight
+        (7, 24, 128, (1, 7)),  # channels-last [1, 7, 7, K]: 49 rows, one matrix
     ],
-    ids=["prime_rows", "rows_as_batch", "batched"],
+    ids=["prime_rows", "rows_as_batch", "batched", "channels_last"],
 )
 @pytest.mark.parametrize("target", [LLVM, NATIVE], ids=["llvm", "native"])
 def test_packed_weights_are_scheduled_and_match(m, k, n, batch, target):
@@ -167,5 +170,39 @@ def test_a_transcendental_epilogue_keeps_its_write_back_loops():
 
     tvm_ffi.structural_walk(scheduled.body, (tirx.For, visit))
     assert unrolled_math == []
+    args = random_args(func)
+    assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE), tol=1e-4)
+
+
+def _row_tiles(scheduled) -> list[int]:
+    """Extents of the loops the rule made over row tiles (``*_0`` under the parallel one)."""
+    from tvm import tirx
+
+    found = []
+
+    def visit(loop):
+        if loop.kind == tirx.ForKind.SERIAL and loop.loop_var.name.endswith("_0"):
+            found.append(int(loop.extent))
+
+    import tvm_ffi
+
+    tvm_ffi.structural_walk(scheduled.body, (tirx.For, visit))
+    return found
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "plain"])
+def test_channels_last_rows_are_tiled_as_one_matrix(packed):
+    """``x[1, 7, 7, K] @ W``: 49 rows in tiles of six (nine tiles, the last overlapping),
+    not two overlapping tiles for each 7 rows (14 tiles: 12 rows computed for 7)."""
+    from tvm_rtask.backend.cpu.rules.base import vector_registers
+
+    if packed:
+        func = _packed_func(NATIVE, 7, 24, 128, (1, 7))
+    else:
+        func = fused_func(matmul_module(7, 24, 128, batch=7, gelu=True))
+    scheduled = schedule_cpu_func(func, NATIVE)
+    assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
+    rows = 6 if vector_registers(NATIVE) >= 32 else 4
+    assert -(-49 // rows) in _row_tiles(scheduled), scheduled.script()
     args = random_args(func)
     assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE), tol=1e-4)

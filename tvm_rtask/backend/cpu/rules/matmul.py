@@ -112,6 +112,40 @@ def _is_matmul_kn(sch: s_tir.Schedule, block) -> bool:
     return _matmul_kn_width(sch, block) is not None
 
 
+def flatten_rows(sch: s_tir.Schedule, block, extents: list[int]):
+    """The accumulator write-back of ``block`` (its epilogue inlined), with ``block``, its
+    accumulator and the write-back indexed by one row ``(b..., m)`` flattened: a product of
+    ``x[1, H, W, K]`` by a shared weight (ConvNeXt's and Swin's channels-last layers) tiles
+    its ``H * W`` rows as one matrix's, where tiles of each ``W`` rows overlapped (ConvNeXt-T
+    7 x 7 x 3072 @ 3072 x 768: 12 rows computed for each 7). None when the epilogue does not
+    inline (the block is left as it was only then: the caller gives up)."""
+    acc = sch.cache_write(block, 0, "local")
+    if not inline_epilogue(sch, acc):
+        return None
+    spatial = extents[:-1]  # batch dimensions, rows, columns
+
+    def row(*ivs):
+        flat = ivs[0]
+        for iv, extent in zip(ivs[1:-1], spatial[1:-1]):
+            flat = flat * extent + iv
+        return flat
+
+    dtype = str(sch.get(block).iter_vars[0].var.ty)
+    outputs = len(spatial)
+
+    def index_map(func, ndim):
+        return tirx.IndexMap.from_func(func, ndim=ndim, index_dtype=dtype)
+
+    sch.transform_layout(
+        block, ("write", 0), index_map(lambda *ivs: (row(*ivs), ivs[-1]), outputs)
+    )
+    sch.transform_block_layout(
+        block, index_map(lambda *ivs: (row(*ivs[:-1]), ivs[-2], ivs[-1]), outputs + 1)
+    )
+    sch.transform_block_layout(acc, index_map(lambda *ivs: (row(*ivs), ivs[-1]), outputs))
+    return acc
+
+
 # Products of at most PREFETCH_MAX_ROWS rows do few FMAs per weight they read, and their
 # panels come from memory on every call: the loop over k prefetches the next panel
 # (ViT-B/32's 50 x 768 x 3072, weights evicted before each call, 1 thread: 2256 -> 1887 us;
@@ -219,10 +253,15 @@ class MatmulKN(CPUScheduleRule):
         if split_producers(sch, mm) != []:  # only copies are inlined: no padding here
             return None
         m_ext, n_ext = extents[-3], extents[-2]
-        if m_ext == 1 and batch and extents[len(batch) - 1] > 1 and _weight_is_shared(sch, mm):
-            # [B, 1, K] @ [K, N] (a sequence-first transformer's projections): the batch is
-            # the matrix's rows, tiled as rows; the unit row loop joins the outer loops
-            batch, m, m_ext = [*batch[:-1], m], batch[-1], extents[len(batch) - 1]
+        acc = None
+        if math.prod(extents[: len(batch)]) > 1 and _weight_is_shared(sch, mm):
+            # [B..., M, K] @ [K, N] (channels-last convolutions' layers, a sequence-first
+            # transformer's projections): every batch's rows are one matrix's rows
+            acc = flatten_rows(sch, mm, extents)
+            if acc is None:
+                return None
+            m, n, k = sch.get_loops(mm)
+            batch, m_ext = [], math.prod(extents[:-2])
         lanes = min(vector_lanes(target), n_ext)
         packed = _matmul_kn_width(sch, mm)
         if packed:  # the panel is the column tile: its k rows are contiguous
@@ -254,9 +293,10 @@ class MatmulKN(CPUScheduleRule):
         # Or the batches are, with column and row tiles inside
         outer = [*batch, no] if by_batch else [no, *batch]
         sch.reorder(*outer, mo, k, mi, nvl, ni)
-        acc = sch.cache_write(mm, 0, "local")
-        if not inline_epilogue(sch, acc):
-            return None
+        if acc is None:
+            acc = sch.cache_write(mm, 0, "local")
+            if not inline_epilogue(sch, acc):
+                return None
         sch.reverse_compute_at(acc, mo, preserve_unit_loops=True)
         par = (sch.fuse(*batch) if len(batch) > 1 else batch[0]) if by_batch else no
         sch.vectorize(ni)
