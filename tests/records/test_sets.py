@@ -129,7 +129,9 @@ def test_plan_options_resolve_db_for_cuda_without_a_set(tmp_path, monkeypatch):
 
 
 # -- a tiny set -------------------------------------------------------------------------------
-def _tiny_matmul(rows: int = 4, cols: int = 32):
+def _tiny_matmul(rows: int = 4, cols: int = 16):
+    """``x[rows, 64] @ m[64, cols]``; 16 columns are one weight panel on AVX2 and AVX-512
+    alike, so PackMatmulWeights leaves the product as ``matmul`` on either host."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)

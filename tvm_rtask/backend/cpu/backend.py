@@ -299,7 +299,7 @@ class CPUBackend(Backend):
             *blocked,
             SubsamplePointwiseStride(),
             PackConvWeights(lanes, registers),
-            PackMatmulWeights(lanes),
+            PackMatmulWeights(lanes, registers),
         ]
 
     def device_spec(self, options):

@@ -49,6 +49,7 @@ from ...relax_exprs import (
     static_shape_of,
 )
 from .pack_matmul_weights import panel_width
+from .rules.base import panel_vectors
 from .rules.conv2d_packed import blocked_columns, blocks_pointwise
 
 PACKED_NAME = "conv2d_packed"
@@ -89,11 +90,11 @@ def packs_pointwise(pixels: int, lanes: int) -> bool:
 
 def channel_panel(channels: int, lanes: int, registers: int) -> int | None:
     """Output channels per panel: 4, 2, 3 or 1 vectors of ``lanes``, the first that divides
-    ``channels`` (at most ``registers / 8`` vectors, so that a register tile keeps room for
+    ``channels`` (at most :func:`~.rules.base.panel_vectors`, so that a register tile keeps room for
     pixels); None when none does. Three vectors only before one (144 channels: 376 -> 320 us
     at 28x28): where two divide, three were as often slower (288 channels at 14x14, 460 ->
     498 us) as faster (96 at 35x35, 651 -> 626 us)."""
-    return panel_width(channels, lanes, max_vectors=registers // 8, choices=PANEL_VECTORS)
+    return panel_width(channels, lanes, max_vectors=panel_vectors(registers), choices=PANEL_VECTORS)
 
 
 def blocked_panel(channels: int, out_width: int, lanes: int, registers: int) -> int | None:
@@ -122,7 +123,8 @@ def pointwise_panel(channels: int, lanes: int, registers: int) -> int | None:
     nothing else is: 192 channels in three panels of 64 kept one of two vEUs idle a third
     of the time)."""
     for vectors in PANEL_VECTORS:
-        width = panel_width(channels, lanes, max_vectors=registers // 8, choices=(vectors,))
+        most = panel_vectors(registers)
+        width = panel_width(channels, lanes, max_vectors=most, choices=(vectors,))
         if width is not None and (channels // width) % 2 == 0:
             return width
     return None

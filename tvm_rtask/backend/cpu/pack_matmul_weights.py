@@ -11,9 +11,10 @@ stay in cache: ViT-B/16's MLP layers ran 15-18x ONNX Runtime's time, the attenti
 PrimFunc ``matmul_packed(x, Wp)``, with ``Wp[n // T, k, n % T] = W[k, n]`` computed once here
 (numpy): a panel of ``T`` columns is then ``k * T`` contiguous floats. The CPU rule
 ``MatmulKN`` schedules it with column tiles of ``T`` (the panel), so the loads stream. ``T``
-is four vectors of the target (64 floats with AVX-512, 32 with AVX2) or, when ``n`` is not a
-multiple of that, two vectors or one. The numbers are the same products summed in the same
-order, so outputs are bitwise equal.
+is :func:`~.rules.base.panel_vectors` vectors of the target (four with AVX-512's 32
+registers: 64 floats; two with AVX2's 16: 16 floats, so that ``MatmulKN``'s six-row tile
+keeps its twelve accumulators in registers) or, when ``n`` is not a multiple of that, fewer.
+The numbers are the same products summed in the same order, so outputs are bitwise equal.
 
 A weight whose columns no vector count divides (the 1,000 classes of every ImageNet
 classifier, with 16 lanes) is padded with zero columns to whole panels
@@ -44,6 +45,7 @@ from ...relax_exprs import (
     rewrite_functions,
     static_shape_of,
 )
+from .rules.base import panel_vectors
 
 PACKED_NAME = "matmul_packed"
 
@@ -64,14 +66,14 @@ def panel_width(
 MAX_PADDING = 1 / 16
 
 
-def padded_panels(n: int, lanes: int) -> tuple[int, int] | None:
+def padded_panels(n: int, lanes: int, max_vectors: int = 4) -> tuple[int, int] | None:
     """``(T, n_padded)`` for ``n`` columns that no vector count divides: the widest panel of
-    four, two or one vectors whose zero columns are at most :data:`MAX_PADDING` of
-    ``n_padded`` (else one vector); None under four vectors of columns, rows of at most
-    four cache lines that a column tile reads whole anyway."""
+    four, two or one vectors (at most ``max_vectors``) whose zero columns are at most
+    :data:`MAX_PADDING` of ``n_padded`` (else one vector); None under four vectors of
+    columns, rows of at most four cache lines that a column tile reads whole anyway."""
     if n < 4 * lanes:
         return None
-    for vectors in (4, 2, 1):
+    for vectors in (v for v in (4, 2, 1) if v <= max_vectors):
         width = vectors * lanes
         padded = -(-n // width) * width
         if vectors == 1 or (padded - n) <= MAX_PADDING * padded:
@@ -102,9 +104,10 @@ def _matmul_packed(x: te.Tensor, packed: te.Tensor, n: int) -> te.Tensor:
 
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, lanes: int) -> None:
+    def __init__(self, mod: tvm.IRModule, lanes: int, max_vectors: int) -> None:
         super().__init__(mod)
         self.lanes = lanes
+        self.max_vectors = max_vectors
 
     def _bound(self, expr):
         return bound_value(self, expr)
@@ -139,9 +142,9 @@ class _Rewriter(relax.PyExprMutator):
         if weight is None or weight.shape[0] != x_shape[-1]:
             return call
         n = weight.shape[1]
-        width, padded = panel_width(n, self.lanes), n
+        width, padded = panel_width(n, self.lanes, self.max_vectors), n
         if width is None:
-            found = padded_panels(n, self.lanes)
+            found = padded_panels(n, self.lanes, self.max_vectors)
             if found is None:
                 return call
             width, padded = found
@@ -164,10 +167,13 @@ class _Rewriter(relax.PyExprMutator):
 @tvm.transform.module_pass(opt_level=0, name="PackMatmulWeights")
 class PackMatmulWeights:
     """Pack every constant matmul weight into panels of ``T`` columns (see the module
-    docstring); ``lanes``: float32 lanes of the target's vectors."""
+    docstring); ``lanes``: float32 lanes of the target's vectors, ``registers``: its vector
+    registers (None: 32 for 16 lanes, AVX-512; else 16), which bound the panel's width."""
 
-    def __init__(self, lanes: int) -> None:
+    def __init__(self, lanes: int, registers: int | None = None) -> None:
         self.lanes = lanes
+        self.registers = registers if registers is not None else (32 if lanes >= 16 else 16)
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(mod, _Rewriter(mod, self.lanes))
+        rewriter = _Rewriter(mod, self.lanes, panel_vectors(self.registers))
+        return rewrite_functions(mod, rewriter)

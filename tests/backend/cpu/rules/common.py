@@ -13,6 +13,21 @@ from tvm_rtask.relax_passes import prepare_pipeline
 
 LLVM = tvm.target.Target("llvm")
 NATIVE = as_target("llvm-native")
+# AVX2's sixteen ymm registers, whatever this machine has: the register budget of the rules
+HASWELL = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+
+
+def stack_reloads(scheduled, target) -> int:
+    """Instructions of the scheduled PrimFunc's (or Schedule's) x86 assembly on ``target``
+    that read a ymm operand back from the stack (``... N(%rsp), ... %ymmX``): values, the
+    accumulators above all, that LLVM could not keep in registers."""
+    import re
+
+    func = scheduled.mod["main"] if hasattr(scheduled, "mod") else scheduled
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
+    asm = (lib.mod if hasattr(lib, "mod") else lib).inspect_source("s")
+    reload = re.compile(r"\((%rsp|%rbp)\)\s*,.*%ymm")
+    return sum(1 for line in asm.splitlines() if reload.search(line))
 
 
 def conv_module(cin, cout, size, kernel, stride, pad, groups=1, epilogue=True, width=None):

@@ -8,6 +8,7 @@ import tvm
 from tvm import relax
 
 from tests.backend.cpu.rules.common import (
+    HASWELL,
     LLVM,
     NATIVE,
     assert_close,
@@ -15,6 +16,7 @@ from tests.backend.cpu.rules.common import (
     fused_func,
     random_args,
     run,
+    stack_reloads,
 )
 from tvm_rtask.backend.cpu.kernel import CHUNK_ANNOTATION
 from tvm_rtask.backend.cpu.rules import (
@@ -405,3 +407,16 @@ def test_1x1_write_back_is_written_in_vectors(case):
     for block in write_backs:
         innermost = sch.get(sch.get_loops(block)[-1])
         assert innermost.kind == tvm.tirx.ForKind.VECTORIZED, sch.get(block).name_hint
+
+
+@pytest.mark.parametrize(
+    "cin, cout, size, kernel, stride, pad",
+    [(64, 64, 56, 3, 1, 1), (256, 256, 14, 3, 1, 1), (64, 256, 56, 1, 1, 0)],
+    ids=["3x3_64", "3x3_256", "1x1_64_256"],
+)
+def test_tiles_fit_avx2_registers(cin, cout, size, kernel, stride, pad):
+    """On AVX2's 16 registers the default tile keeps its accumulators in registers (at most
+    one ymm reload from the stack; 24 accumulators, the AVX-512 tile, reload 26-111)."""
+    func = fused_func(conv_module(cin, cout, size, kernel, stride, pad))
+    assert stack_reloads(Conv2dNCHW().apply(func, HASWELL, False), HASWELL) <= 1
+    assert stack_reloads(Conv2dNCHW(acc_vectors=24).apply(func, HASWELL, False), HASWELL) > 10

@@ -4,6 +4,7 @@ unscheduled build: a last column tile shifted back, rows tiles, batches, epilogu
 import pytest
 
 from tests.backend.cpu.rules.common import (
+    HASWELL,
     LLVM,
     NATIVE,
     assert_close,
@@ -11,6 +12,7 @@ from tests.backend.cpu.rules.common import (
     matmul_module,
     random_args,
     run,
+    stack_reloads,
 )
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, MatmulKN, schedule_cpu_func
 from tvm_rtask.backend.cpu.tuned import make_tuned_cpu_rkernel, outer_parallel_extent
@@ -37,7 +39,8 @@ def test_rule_matches_unscheduled_build(case, target):
 def test_cut_into_rtasks():
     func = fused_func(matmul_module(1, 64, 1000))
     scheduled = schedule_cpu_func(func, LLVM)
-    assert outer_parallel_extent(scheduled) == 32  # 1000 columns in tiles of 4 x 8 lanes
+    # plain llvm: 8 lanes, 16 registers: 1000 columns in tiles of 2 x 8 lanes
+    assert outer_parallel_extent(scheduled) == 63
     kernel = make_tuned_cpu_rkernel(scheduled, 4)
     assert kernel.num_rtasks == 4
     args = random_args(func)
@@ -57,14 +60,14 @@ def test_declines_other_products():
     assert MatmulKN().apply(func, LLVM, False) is None
 
 
-def _packed_func(target, m, k, n, batch=None, lanes=None):
+def _packed_func(target, m, k, n, batch=None, lanes=None, registers=None):
     """The fused PrimFunc of ``x @ W + b`` after ``PackMatmulWeights`` (``W`` constant);
     ``batch``: one leading dimension's extent, or a tuple of them."""
     import numpy as np
     from tvm import relax
 
     from tvm_rtask.backend.cpu.pack_matmul_weights import PackMatmulWeights
-    from tvm_rtask.backend.cpu.rules.base import vector_lanes
+    from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
 
     rng = np.random.default_rng(0)
     bb = relax.BlockBuilder()
@@ -76,7 +79,9 @@ def _packed_func(target, m, k, n, batch=None, lanes=None):
             bias = relax.const(rng.standard_normal((n,), "float32"))
             out = bb.emit_output(relax.op.nn.relu(relax.op.add(y, bias)))
         bb.emit_func_output(out)
-    return fused_func(PackMatmulWeights(lanes or vector_lanes(target))(bb.get()))
+    lanes = lanes or vector_lanes(target)
+    registers = registers or vector_registers(target)
+    return fused_func(PackMatmulWeights(lanes, registers)(bb.get()))
 
 
 @pytest.mark.parametrize(
@@ -101,13 +106,16 @@ def test_packed_weights_are_scheduled_and_match(m, k, n, batch, target):
 @pytest.mark.parametrize("m, prefetched", [(13, True), (50, True), (197, False)])
 def test_products_of_few_rows_prefetch_the_next_panel(m, prefetched):
     """Few rows: the loop over k prefetches the next panel, never past the last one."""
+    from tvm_rtask.backend.cpu.rules.base import panel_vectors, vector_lanes, vector_registers
+
     func = _packed_func(NATIVE, m, 24, 256)
     scheduled = schedule_cpu_func(func, NATIVE)
     assert str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
     text = scheduled.script()
     assert ("llvm.prefetch" in text) == prefetched
-    if prefetched:  # 256 columns: 4 panels of 64, the next one clamped to the last
-        assert "T.min(" in text and "T.int64(3)" in text
+    if prefetched:  # 256 columns in panels, the next one clamped to the last
+        panels = 256 // (panel_vectors(vector_registers(NATIVE)) * vector_lanes(NATIVE))
+        assert "T.min(" in text and f"T.int64({panels - 1})" in text
         args = random_args(func)
         assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE))
 
@@ -194,15 +202,28 @@ def _row_tiles(scheduled) -> list[int]:
 def test_channels_last_rows_are_tiled_as_one_matrix(packed):
     """``x[1, 7, 7, K] @ W``: 49 rows in tiles of six (nine tiles, the last overlapping),
     not two overlapping tiles for each 7 rows (14 tiles: 12 rows computed for 7)."""
-    from tvm_rtask.backend.cpu.rules.base import vector_registers
-
     if packed:
         func = _packed_func(NATIVE, 7, 24, 128, (1, 7))
     else:
         func = fused_func(matmul_module(7, 24, 128, batch=7, gelu=True))
     scheduled = schedule_cpu_func(func, NATIVE)
     assert scheduled is not None and str(scheduled.attrs[RULE_ATTR]) == "MatmulKN"
-    rows = 6 if vector_registers(NATIVE) >= 32 else 4
-    assert -(-49 // rows) in _row_tiles(scheduled), scheduled.script()
+    assert -(-49 // 6) in _row_tiles(scheduled), scheduled.script()
     args = random_args(func)
     assert_close(run(scheduled, args, NATIVE), run(func, args, NATIVE), tol=1e-4)
+
+
+@pytest.mark.parametrize("m, k, n", [(49, 512, 768), (197, 384, 1536)])
+def test_avx2_tile_fits_its_sixteen_registers(m, k, n):
+    """On a 16-register target the panels and the tile leave the accumulators in registers:
+    no ymm reload from the stack. The tile of four rows of four vectors (16 accumulators,
+    the limits before) reloads them; the check would see it."""
+    from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
+
+    assert (vector_lanes(HASWELL), vector_registers(HASWELL)) == (8, 16)
+    func = _packed_func(HASWELL, m, k, n)
+    assert stack_reloads(MatmulKN().apply(func, HASWELL, False), HASWELL) == 0
+    # the old limits on panels of four vectors: the check is not blind
+    wide = _packed_func(HASWELL, m, k, n, lanes=8, registers=32)
+    old = MatmulKN(acc_vectors=16, max_rows=4, max_col_vectors=4).apply(wide, HASWELL, False)
+    assert stack_reloads(old, HASWELL) > 0

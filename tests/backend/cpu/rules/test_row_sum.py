@@ -52,7 +52,7 @@ def test_matches_the_unscheduled_build(case, target):
 
 
 def test_declines_short_rows_and_other_reductions():
-    short = fused_func(_module((1, 24, 7, 7)))  # 49 < 4 vectors of 16
+    short = fused_func(_module((1, 24, 5, 5)))  # 25 < 4 vectors of 8 or 16
     assert RowSum().apply(short, NATIVE, False) is None
     assert str(schedule_cpu_func(short, NATIVE).attrs[RULE_ATTR]) == "RowReduction"
     bb = relax.BlockBuilder()

@@ -82,6 +82,15 @@ def vector_registers(target: Target) -> int:
     return 32 if vector_lanes(target) * 32 >= 512 else 16
 
 
+def panel_vectors(registers: int) -> int:
+    """Vectors in one weight panel (and the most in one row of a register tile): an eighth
+    of the vector registers, 4 with AVX-512's 32, 2 with AVX2's 16. A tile of ``r`` rows of
+    ``v`` vectors holds ``r * v`` accumulators, ``v`` weight vectors and one broadcast: six
+    rows of two fit AVX2's sixteen registers, where four rows of four (16 accumulators
+    alone) spilled them inside the reduction loop (``MatmulKN``, docs/cpu-kernels.md)."""
+    return max(1, registers // 8)
+
+
 FMA_BOUND = 2.0  # FMAs per load past which a register tile runs at the FMA units' pace
 
 

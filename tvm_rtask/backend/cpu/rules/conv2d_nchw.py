@@ -57,6 +57,7 @@ from .base import (
     narrow_last_tile,
     split_producers,
     vector_lanes,
+    vector_registers,
     vectorize_whole,
     with_last_tile_shifted,
 )
@@ -228,21 +229,25 @@ class Conv2dNCHW(CPUScheduleRule):
     """Register-tiled, vectorised direct convolution; see the module docstring.
 
     ``acc_vectors``: accumulator vectors of one tile (channels x rows, one vector of columns
-    each); ``max_channel_block`` / ``max_rows``: the largest ``FI`` / ``YR`` (``narrow_rows``
-    for rows narrower than a vector). The switches keep the rule's earlier choices reachable for
-    paired measurements (the per-operator reports, ``docs/cpu-kernels.md``): ``narrow_strided``
-    (strided rows narrower than a vector scheduled), ``pixels_outer`` (1x1: pixel tiles outside
-    the channel blocks), ``pixel_waste`` (1x1: the tile counts the shifted last tile's
-    overcompute), ``aligned_strips`` (1x1: input strips copied where the channel planes are not
-    whole vectors: alone, ``512 -> 1000`` at 13x13 784 -> 619 us, ``768 -> 192`` at 17x17 435 ->
-    359), ``narrow_tail`` (1x1, channel groups in parallel: the last pixel tile run apart, only
-    its vectors past the other tiles; ``base.narrow_last_tile``); ``min_strided_macs``: fewer
-    MACs an output than this and a strided convolution is declined.
+    each); None: 24 with AVX-512's 32 vector registers, 12 with 16 (AVX2, SSE), where 24 and 16
+    left LLVM reloading accumulators from the stack inside the reduction (haswell, 3x3 at 64 to
+    256 channels: 36-111 ymm reloads; with 12: at most 1, as with 10 or 8;
+    ``tests/backend/cpu/rules/test_conv2d_nchw.py``). ``max_channel_block`` / ``max_rows``: the
+    largest ``FI`` / ``YR`` (``narrow_rows`` for rows narrower than a vector). The switches keep
+    the rule's earlier choices reachable for paired measurements (the per-operator reports,
+    ``docs/cpu-kernels.md``): ``narrow_strided`` (strided rows narrower than a vector
+    scheduled), ``pixels_outer`` (1x1: pixel tiles outside the channel blocks), ``pixel_waste``
+    (1x1: the tile counts the shifted last tile's overcompute), ``aligned_strips`` (1x1: input
+    strips copied where the channel planes are not whole vectors: alone, ``512 -> 1000`` at
+    13x13 784 -> 619 us, ``768 -> 192`` at 17x17 435 -> 359), ``narrow_tail`` (1x1, channel
+    groups in parallel: the last pixel tile run apart, only its vectors past the other tiles;
+    ``base.narrow_last_tile``); ``min_strided_macs``: fewer MACs an output than this and a
+    strided convolution is declined.
     """
 
     def __init__(
         self,
-        acc_vectors: int = 24,
+        acc_vectors: int | None = None,
         max_channel_block: int = 8,
         max_rows: int = 4,
         flatten: bool = True,
@@ -279,6 +284,9 @@ class Conv2dNCHW(CPUScheduleRule):
         if found is None:
             return None
         sch, conv, (n, f, y, x, rc, ry, rx), extents = found
+        acc_vectors = self.acc_vectors
+        if acc_vectors is None:
+            acc_vectors = 24 if vector_registers(target) >= 32 else 12
         # producers: plain copies are inlined, a real padding block is computed per row tile
         pads = split_producers(sch, conv)
         if pads is None:
@@ -308,7 +316,7 @@ class Conv2dNCHW(CPUScheduleRule):
         fi_ext, yr_ext = register_tile(
             f_ext,
             y_ext,
-            self.acc_vectors,
+            acc_vectors,
             self.max_channel_block,
             1 if strided and not self.deinterleave else max_rows,
         )
@@ -327,7 +335,7 @@ class Conv2dNCHW(CPUScheduleRule):
             fi_ext, yr_ext = _parallel_pixel_tile(
                 f_ext,
                 max(x_ext // xv, 1),
-                self.acc_vectors,
+                acc_vectors,
                 self.max_channel_block,
                 self.max_rows,
                 (x_ext, xv) if self.pixel_waste else None,

@@ -40,6 +40,7 @@ from .base import (
     inline_epilogue,
     loop_var_of,
     overlap_last_tile,
+    panel_vectors,
     split_divisible,
     split_producers,
     unroll_cheap,
@@ -126,7 +127,7 @@ def flatten_rows(sch: s_tir.Schedule, block, extents: list[int]):
 
     def row(*ivs):
         flat = ivs[0]
-        for iv, extent in zip(ivs[1:-1], spatial[1:-1]):
+        for iv, extent in zip(ivs[1:-1], spatial[1:-1], strict=True):
             flat = flat * extent + iv
         return flat
 
@@ -223,15 +224,18 @@ class MatmulKN(CPUScheduleRule):
     most rows; None: from the target's vector registers. With AVX-512's 32, 24 vectors in up
     to six rows: six rows of four vectors ran 1-15% faster than four on every transformer and
     ConvNeXt shape measured (ViT-B/16's 197x768 @ 768x3072: 3.43 -> 2.91 ms, 2 threads);
-    seven spill. With 16 (SSE, AVX2), 16 in up to four rows: two rows (no spill) measured
-    2-6% slower on SSE. ``prefetch_max_rows``: products of packed weights with at most this
-    many rows prefetch the next panel (0: none)."""
+    seven spill. With 16 (SSE, AVX2), 12 in up to six rows of at most two vectors
+    (:func:`~.base.panel_vectors`): 12 accumulators, 2 weight vectors and a broadcast fit the
+    16 registers, where four rows of four spilled the accumulators inside the ``k`` loop
+    (docs/cpu-kernels.md). ``max_col_vectors``: the most column vectors of a tile (None:
+    the panel's). ``prefetch_max_rows``: products of packed weights with at most this many
+    rows prefetch the next panel (0: none)."""
 
     def __init__(
         self,
         acc_vectors: int | None = None,
         max_rows: int | None = None,
-        max_col_vectors: int = 4,
+        max_col_vectors: int | None = None,
         prefetch_max_rows: int = PREFETCH_MAX_ROWS,
     ):
         self.prefetch_max_rows = prefetch_max_rows
@@ -239,11 +243,14 @@ class MatmulKN(CPUScheduleRule):
         self.max_rows = max_rows
         self.max_col_vectors = max_col_vectors
 
-    def _tile_limits(self, target: Target) -> tuple[int, int]:
-        wide = vector_registers(target) >= 32
-        acc = self.acc_vectors if self.acc_vectors is not None else (24 if wide else 16)
-        rows = self.max_rows if self.max_rows is not None else (6 if wide else 4)
-        return acc, rows
+    def _tile_limits(self, target: Target) -> tuple[int, int, int]:
+        """Accumulator vectors, rows and column vectors of a tile on ``target``."""
+        registers = vector_registers(target)
+        wide = registers >= 32
+        acc = self.acc_vectors if self.acc_vectors is not None else (24 if wide else 12)
+        rows = self.max_rows if self.max_rows is not None else 6
+        cols = self.max_col_vectors
+        return acc, rows, cols if cols is not None else panel_vectors(registers)
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):
         found = float32_reduction(self, func, target, _is_matmul_kn)
@@ -272,14 +279,14 @@ class MatmulKN(CPUScheduleRule):
             nv = packed // lanes
         batch_ext = math.prod(extents[: len(batch)])
         by_batch = not packed and batch_ext >= BATCH_PARALLEL and not _weight_is_shared(sch, mm)
-        acc_vectors, max_rows = self._tile_limits(target)
+        acc_vectors, max_rows, max_cols = self._tile_limits(target)
         if by_batch:
             # the batches are the parallel loop (attention's heads): the column tile needs
             # no count of its own, so it is the one that wastes the fewest FMAs
-            nv = _column_vectors(n_ext, lanes, self.max_col_vectors, acc_vectors, max_rows)
+            nv = _column_vectors(n_ext, lanes, max_cols, acc_vectors, max_rows)
         elif not packed:
             # column vectors per tile: as many as fit, keeping four tiles for the vEUs
-            nv = max(1, min(self.max_col_vectors, n_ext // lanes // 4))
+            nv = max(1, min(max_cols, n_ext // lanes // 4))
         rows = max(1, min(max_rows, acc_vectors // nv))
         mr = split_divisible(m_ext, rows)
         if mr < rows and m_ext >= rows:  # e.g. 197 rows: overlap the last row tile instead
