@@ -50,7 +50,7 @@ NUMERICS_MODELS = ["light:squeezenet", "light:inception_v1", "light:resnet50", "
                    "zoo:inception_v3", "zoo:randwire", "zoo:resnext29"]  # fmt: skip
 LATENCY_MODELS = ["squeezenet", "nasnet_cifar", "inception_v3", "randwire", "resnext29"]
 LATENCY_CONFIGS = ["tvm_default", "tvm_cuda_graph", "sequential", "wavefront_counter",
-                   "wavefront_cuda_graph", "torch_eager",
+                   "wavefront_cuda_graph", "opara_streams_cuda_graph", "torch_eager",
                    "torch_compile_reduce_overhead"]  # fmt: skip
 # the tvm-rtask builds of step 2 (what the pack compiles through nvcc)
 LATENCY_RTASK_CONFIGS = ["sequential", "wavefront_counter", "wavefront_cuda_graph"]

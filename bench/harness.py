@@ -26,6 +26,7 @@ Configurations (``--configs`` picks any of them by name)
 ``sequential``                     tvm-rtask, policy sequential ("RammerBase"), target's barriers
 ``wavefront_counter``              tvm-rtask, wavefront, dependency counters (cuda only)
 ``wavefront_cuda_graph``           the same under ``relax.backend.use_cuda_graph`` (cuda, opt-in)
+``opara_streams_cuda_graph``       TVM's kernels on Opara's streams in one CUDA graph (cuda, opt-in)
 ``wavefront_fine``                 tvm-rtask, Rammer's wavefront policy, fine (step-array) barriers
 ``wavefront_global``               tvm-rtask, wavefront, global barriers (llvm default set only)
 ``ios``, ``opara``, ...            tvm-rtask, every other policy with the target's barriers (cuda
@@ -133,9 +134,14 @@ def all_configurations(target_kind: str) -> list[dict]:
         name = policy if policy not in taken else f"{policy}_policy"
         rtask.append((name, policy, None, not gpu or policy == "ios"))
         taken.add(name)
+    if gpu and "opara_streams" in policies:
+        # Opara as Opara runs: TVM's kernels on its streams, captured into one CUDA graph
+        # (runtime/streams.StreamGraph), beside tvm_cuda_graph (the same kernels, one stream)
+        rtask.append(("opara_streams_cuda_graph", "opara_streams", None, False))
     configs += [
         {"name": n, "kind": "rtask", "policy": p, "barrier": b, "default": d}
-        | ({"cuda_graph": True} if n.endswith("_cuda_graph") else {})
+        | ({"cuda_graph": True} if n.endswith("_cuda_graph") and p != "opara_streams" else {})
+        | ({"stream_graph": True} if p == "opara_streams" and n.endswith("_cuda_graph") else {})
         for n, p, b, d in rtask
     ]
     peers = [("onnxruntime", None), ("torch_eager", "eager"), ("torch_compile", "default")]
@@ -508,6 +514,11 @@ def _tvm_runner(config: dict, ctx: ModelContext, entry: dict):
     if entry.get("cached"):
         entry["load_s"] = round(time.perf_counter() - start, 3)
     args = [tvm.runtime.tensor(v, dev) for v in ctx.inputs.values()]
+    if config.get("stream_graph"):
+        from tvm_rtask.runtime.streams import StreamGraph
+
+        graph = StreamGraph(vm, args)  # replays read args and return the captured outputs
+        return graph, graph.synchronize
     return (lambda: vm["main"](*args)), (dev.sync if ctx.gpu else None)
 
 

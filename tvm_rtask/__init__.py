@@ -35,6 +35,7 @@ def _register_config_keys_if_tvm_is_loaded() -> None:
     import sys
 
     if "tvm" in sys.modules:
+        from .runtime import streams  # noqa: F401 - registers tvm_rtask.streams.*
         from .runtime.config import register_config_options
 
         register_config_options()

@@ -107,11 +107,13 @@ class RTaskOptions:
 
     policy: str = option(
         "auto",
-        values="`auto`, `wavefront`, `wavefront_global`, `ios`, `opara`, `sequential`",
+        values="`auto`, `wavefront`, `wavefront_global`, `ios`, `opara`, `opara_streams`, "
+        "`sequential`",
         help="`auto`: whichever of sequential and wavefront the cost model puts first "
         '(`Plan.report()["policy_choice"]` says why); Rammer\'s wavefront packing (fine or '
-        "global barriers between waves), IOS's DP stages, Opara's stream order, or one launch "
-        'per operator ("RammerBase"); see [scheduling.md](scheduling.md)',
+        "global barriers between waves), IOS's DP stages, Opara's stream order, Opara's "
+        "streams themselves (TVM's kernels on several CUDA streams, events between them), or "
+        'one launch per operator ("RammerBase"); see [scheduling.md](scheduling.md)',
     )
     # None: the backend's default (its TargetOptions.CORE_DEFAULTS)
     barrier: str | None = option(

@@ -146,3 +146,29 @@ def test_broken_plan_times_out_with_an_error():
     sync = args[parameter_names(func).index("rtask_sync")]
     with pytest.raises(RuntimeError, match="timed out"):
         check_status(sync)
+
+
+@pytest.mark.parametrize("name", ["inception_v1", "squeezenet"])
+def test_opara_streams_match_references_plain_and_in_one_cuda_graph(name):
+    """TVM's kernels on Opara's streams: a plain call matches ONNX Runtime; a CUDA graph
+    capturing the forked streams replays the same results (fresh inputs each time)."""
+    from tvm_rtask.runtime.streams import StreamGraph
+
+    model = load_light_model(name)
+    _matches_references(model, random_inputs(model), (name, "opara_streams"),
+                        policy="opara_streams")  # fmt: skip
+    dev = tvm.cuda(0)
+    ex = tvm_rtask.compile(model, TARGET, policy="opara_streams")
+    feeds = [random_inputs(model, seed=seed) for seed in (1, 2, 3)]
+    plain = [run_executable(ex, inputs, dev) for inputs in feeds]
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(v, dev) for v in feeds[0].values()]
+    graph = StreamGraph(vm, args)
+    for inputs, want in zip(feeds, plain, strict=True):
+        for arg, value in zip(args, inputs.values(), strict=True):
+            arg.copyfrom(value)
+        out = graph()
+        graph.synchronize()
+        got = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -61,6 +61,9 @@ class Plan:
     fallbacks: list[dict[str, str]] = field(default_factory=list)
     # policy "auto": the candidates' estimates and the one chosen (``policy`` names it)
     choice: dict[str, Any] = field(default_factory=dict)
+    # the stream of each operator where the steps launch on several streams (policy
+    # "opara_streams", core/streams.py); empty: every step on the caller's stream
+    streams: dict[str, int] = field(default_factory=dict)
 
     def programs(self) -> list[RProgram]:
         return [s for s in self.steps if isinstance(s, RProgram)]
@@ -155,6 +158,7 @@ class Plan:
             "max_ops_side_by_side": side_by_side,
             "ptxas": dict(self.kernel_usage),
             "policy_choice": dict(self.choice),
+            "streams": len(set(self.streams.values())) or 1,
             "fallbacks": [dict(note) for note in self.fallbacks],
         }
 
@@ -175,6 +179,7 @@ class Plan:
             "sync": self.sync,
             "fallbacks": [dict(note) for note in self.fallbacks],
             "choice": _jsonable(self.choice),
+            "streams": dict(self.streams),
         }
 
     @classmethod
@@ -201,6 +206,7 @@ class Plan:
             sync=sync,
             fallbacks=[dict(note) for note in d.get("fallbacks", [])],  # absent before them
             choice=dict(d.get("choice", {})),
+            streams={k: int(v) for k, v in d.get("streams", {}).items()},
         )
 
     def to_json(self, indent: int | None = None) -> str:

@@ -1,10 +1,11 @@
-"""Policies (wavefront, wavefront_global, ios, opara, sequential), cost models and the
-vDevice simulator; pure Python (no TVM)."""
+"""Policies (wavefront, wavefront_global, ios, opara, opara_streams, sequential), cost
+models and the vDevice simulator; pure Python (no TVM)."""
 
 from .builder import Placed, ProgramBuilder
 from .cost import AnalyticalCostModel, CalibratedCostModel, CostModel, calibrate
 from .ios import IOSPolicy
 from .opara import OparaPolicy
+from .opara_streams import OparaStreamsPolicy
 from .planner import make_plan
 from .policy import Policy
 from .registry import get_policy, policy_names, register_policy
@@ -27,6 +28,7 @@ __all__ = [
     "CostModel",
     "IOSPolicy",
     "OparaPolicy",
+    "OparaStreamsPolicy",
     "Placed",
     "PlanTiming",
     "Policy",

@@ -48,8 +48,10 @@ def make_plan(
     name = choice.get("chosen", pol.name)
     plan = Plan(graph, vdevice, steps, policy=name, policy_options=dict(pol.options), choice=choice)
     plan.sync = sync
+    plan.streams = pol.launch_streams(graph)
     plan.validate(sync)
-    plan.estimated_us = simulate_plan(steps, graph, vdevice, cost, sync)
+    own = pol.estimate_us(graph, vdevice, cost, steps)
+    plan.estimated_us = simulate_plan(steps, graph, vdevice, cost, sync) if own is None else own
     plan.ideal_us = ideal_us(graph, vdevice, cost)
     return plan
 

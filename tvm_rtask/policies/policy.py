@@ -40,6 +40,20 @@ class Policy:
     ) -> list[RProgram | OrdinaryCall]:
         raise NotImplementedError
 
+    def launch_streams(self, graph: RGraph) -> dict[str, int]:
+        """The stream of each operator, where the plan's steps launch on several streams
+        (``Plan.streams``); empty: one stream, the caller's."""
+        del graph
+        return {}
+
+    def estimate_us(
+        self, graph: RGraph, vdevice: VDevice, cost: CostModel, steps: list
+    ) -> float | None:
+        """The policy's own estimate of its plan, where the step-by-step simulator does not
+        model how it runs (several streams); None: the simulator's."""
+        del graph, vdevice, cost, steps
+        return None
+
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"{type(self).__name__}({opts})"

@@ -12,6 +12,7 @@ from ..errors import OptionError
 from .auto import AutoPolicy
 from .ios import IOSPolicy
 from .opara import OparaPolicy
+from .opara_streams import OparaStreamsPolicy
 from .policy import Policy
 from .sequential import SequentialPolicy
 from .wavefront import WavefrontGlobalPolicy, WavefrontPolicy
@@ -23,6 +24,7 @@ _REGISTRY: dict[str, type[Policy]] = {
         WavefrontGlobalPolicy,
         IOSPolicy,
         OparaPolicy,
+        OparaStreamsPolicy,
         SequentialPolicy,
         AutoPolicy,
     )

@@ -20,6 +20,7 @@ from ..relax_exprs import constant_array
 from ..tir.common import TensorDecl
 from .dataflow import replace_block, static_shape
 from .extract import ExtractedGraph, extract_graph
+from .launch_on_streams import is_launch, launch_on_streams
 from .nan_fill import FillOutputsWithNaN
 from .plan_rprograms import plan_of
 
@@ -133,7 +134,9 @@ class LowerRPrograms:
                 consumers.setdefault(t, set()).add(op.name)
         builder = relax.BlockBuilder(mod)
         bindings: list[relax.Binding] = []
+        launch_at: dict[int, int] = {}  # step -> the position of its launch in the block
         for k, step in enumerate(plan.steps):
+            first = len(bindings)
             if isinstance(step, OrdinaryCall):
                 bindings.append(extracted.bindings[step.op])
                 bindings += extracted.unpacked.get(step.op, [])
@@ -141,8 +144,13 @@ class LowerRPrograms:
                 bindings += _lower_program(
                     k, step, plan, mod, extracted, consumers, builder, backend, options
                 )
+            if is_launch(bindings[first].value):
+                launch_at[k] = first
         mod = builder.get()
         main = replace_block(mod["main"], extracted.block_index, bindings)
+        if plan.streams:
+            mod["main"] = main
+            main = launch_on_streams(mod, extracted.block_index, launch_at, plan)
         calls = [
             b.value
             for b in bindings
