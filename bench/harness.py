@@ -132,7 +132,9 @@ def all_configurations(target_kind: str) -> list[dict]:
         if policy in ("sequential", "wavefront"):
             continue
         name = policy if policy not in taken else f"{policy}_policy"
-        rtask.append((name, policy, None, not gpu or policy == "ios"))
+        # opara_streams: opt-in (on the CPU one stream: TVM's kernels in Opara's order)
+        default = (not gpu and policy != "opara_streams") or policy == "ios"
+        rtask.append((name, policy, None, default))
         taken.add(name)
     if gpu and "opara_streams" in policies:
         # Opara as Opara runs: TVM's kernels on its streams, captured into one CUDA graph
