@@ -19,6 +19,9 @@ from tvm_rtask.testing.run import run_executable
 IN_CI = ["squeezenet", "inception_v1", "shufflenet"]
 SLOW = ["resnet50", "densenet121", "inception_v2", "bvlc_alexnet", "zfnet512", "vgg19"]
 CONFIGS = [(p, b) for p in ("wavefront", "sequential") for b in ("fine", "global")]
+# A sequential plan holds one operator per rProgram: no barrier between vEUs, so its two
+# barrier kinds build the same waits; in CI it runs once (the slow set runs both).
+CI_CONFIGS = [c for c in CONFIGS if c != ("sequential", "global")]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def _check(name, policy, barrier, reference):
     assert_outputs_match(actual, expected, (name, policy, barrier))
 
 
-@pytest.mark.parametrize("policy,barrier", CONFIGS)
+@pytest.mark.parametrize("policy,barrier", CI_CONFIGS)
 @pytest.mark.parametrize("name", IN_CI)
 def test_light_model_matches_onnxruntime(name, policy, barrier, reference):
     _check(name, policy, barrier, reference)
