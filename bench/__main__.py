@@ -16,6 +16,7 @@ COMMANDS = {
     "compile": ("cpu_compile_time", "CPU compile time: TVM's build against tvm-rtask's"),
     "ab": ("cpu_ab_commits", "two commits' compiled models timed against each other"),
     "kernels": ("kernel_report", "per operator: TVM's kernel, tvm-rtask's rKernel, PyTorch"),
+    "ship-records": ("ship_records", "tune, compare and ship a record set (CPU or a GPU window)"),
     "sm-map": ("gpu_sm_map", "which SM each block of a co-resident grid runs on (GPU)"),
     "gpu-pack": ("gpu_pack", "the GPU window's two batches, prepared here (make gpu-pack)"),
     "gpu-window": ("gpu_window", "one GPU window; without a GPU its dry run (make gpu-window)"),

@@ -35,6 +35,9 @@ CALL_LIMIT = 64 * MIB  # what one device call carries: the working tree + the ca
 TVM = "apache-tvm==0.27.0.post1"
 TVM_FFI = "apache-tvm-ffi==0.1.14.post1"
 PURE_WHEELS = ["networkx", "tqdm", "pytest-timeout", "pytest-xdist", "execnet", "onnx2torch"]
+# MetaSchedule's cost model for the window's CUDA tuning (ship-records window): the CPU build
+# of xgboost, a binary wheel of a few MiB
+TUNING_WHEELS = ["xgboost-cpu"]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any"]  # fmt: skip
 
@@ -46,7 +49,7 @@ def download(dest: Path, python: str = sys.executable) -> list[Path]:
     cmd += ["--python-version", "3.12", "--implementation", "cp", "-d", str(dest)]
     for plat in PLATFORMS:
         cmd += ["--platform", plat]
-    subprocess.run(cmd + [TVM, TVM_FFI, *PURE_WHEELS], check=True)
+    subprocess.run(cmd + [TVM, TVM_FFI, *PURE_WHEELS, *TUNING_WHEELS], check=True)
     return sorted(dest.glob("*.whl"))
 
 

@@ -372,3 +372,33 @@ def test_zoo_model_tuned_within_a_time_budget_matches_onnxruntime(tmp_path):
     (expected,) = onnxruntime_outputs(model, inputs)
     (actual,) = run_executable(tvm_rtask.compile(model, "llvm", num_veu=2, db=db), inputs)
     assert relative_error(actual, expected) < 1e-4
+
+
+def test_ship_records_keeps_a_record_only_where_it_wins(tuned, tmp_path):
+    """``python -m bench ship-records window`` on the tuned work directory (nothing left to
+    tune): every operator compared with the rules, kept exactly where it is faster by the
+    margin and computes the same, the set readable, the work directory packed."""
+    import shutil
+    import tarfile
+
+    from bench import ship_records
+    from tvm_rtask.records.sets import read_manifest
+
+    work = tmp_path / "work"
+    shutil.copytree(tuned["db"], work)
+    out = tmp_path / "out"
+    argv = ["window", "--set", "x86_64-avx2", "--work", str(work), "--models", tuned["model"],
+            "--out", str(out), "--seconds", "120", "--ship-seconds", "100", "--repeat", "2",
+            "--rounds", "1"]  # fmt: skip
+    assert ship_records.main(argv) == 0
+    manifest = read_manifest(out / "x86_64-avx2")
+    entries = list(manifest["operators"].values())
+    assert sorted(e["name"] for e in entries) == sorted(TUNED_OPS)
+    for entry in entries:
+        times = entry["times"]["set"]
+        wins = times["speedup"] >= manifest["min_speedup"] and times["rel_error"] < 1e-4
+        assert entry["kept"] == wins, entry
+        assert entry["kept"] or entry["reason"]
+    assert manifest["models"][tuned["model"]]["tuned"] == len(TUNED_OPS)
+    with tarfile.open(out / "work.tar.gz") as tar:
+        assert "work/rtask_tuning.json" in tar.getnames()

@@ -67,12 +67,14 @@ def extract_tasks(mod: tvm.IRModule, include_injective: bool = False) -> list[Tu
     return list(tasks.values())
 
 
-def prepared(mod, fusion: str | None = None) -> tvm.IRModule:
-    """``mod`` (ONNX path, ModelProto or Relax module) after the rTask pipeline's preparation."""
+def prepared(mod, fusion: str | None = None, target="llvm") -> tvm.IRModule:
+    """``mod`` (ONNX path, ModelProto or Relax module) after the rTask pipeline's preparation
+    for ``target``: the PrimFuncs ``compile`` will look records up for (CUDA keeps NCHW where
+    the CPU blocks channels, so operators prepared for one target miss the other's)."""
     from .. import frontend
     from ..relax_passes import RTaskPrepare
 
-    return RTaskPrepare(fusion)(frontend.load(mod))
+    return RTaskPrepare(fusion, target=target)(frontend.load(mod))
 
 
 __all__ = ["TuningTask", "extract_tasks", "has_reduction", "prepared", "task_module"]
