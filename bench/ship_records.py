@@ -4,7 +4,7 @@ Usage:
     python -m bench ship-records tune --work /tmp/ship-avx2 [--models light:squeezenet
         light:inception_v1 zoo:alexnet ...] [--trials-per-op 16] [--seconds 3600]
     python -m bench ship-records ship --work /tmp/ship-avx2 [--models ...] [--set x86_64-avx2]
-        [--repeat 20] [--rounds 3] [--json bench/results/...json]
+        [--repeat 20] [--rounds 3] [--json bench/results/<name>.json]
     python -m bench ship-records recheck [--set x86_64-avx2] [--repeat 10] [--rounds 3]
     python3 -m bench ship-records window --set h100 --work W --out $OUT/records --seconds 240
         [--models zoo:inception_v3 ...]          # in a GPU window: tune, ship, pack W

@@ -15,7 +15,9 @@ ordinary binding block (the calls are impure) and inserts, from
   storage of a tensor still read on one stream to a launch on another (the VM frees and
   reuses in host order, which streams do not follow).
 
-``runtime/streams`` implements the four calls (CUDA streams and events; nothing on the CPU).
+``runtime/streams`` implements the four calls (CUDA streams and events; nothing on the CPU);
+importing ``tvm_rtask`` in a process with TVM registers them (a VM refuses an executable
+whose calls are not registered).
 """
 
 from __future__ import annotations
@@ -71,8 +73,6 @@ def launch_on_streams(
             "relax.call_tir_inplace"
         ):
             raise PlanError(f"step {k} writes its input in place: it cannot run on a stream")
-    from ..runtime import streams  # noqa: F401 - registers the calls this build makes
-
     launches = sorted(launch_at)
     actions = stream_actions(plan, launches)
     check_stream_actions(plan, launches, actions)
