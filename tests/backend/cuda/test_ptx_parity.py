@@ -116,9 +116,9 @@ def _spills(report: str) -> dict[str, int]:
     "name, body_functions",
     [
         ("squeezenet", True),
-        # 215 s of nvcc on a CI core: slow (make test-all)
+        # on a CI core: 215 s of nvcc (slow: make test-all)
         pytest.param("inception_v1", True, marks=pytest.mark.slow),
-        ("resnet50", True),
+        pytest.param("resnet50", True, marks=pytest.mark.slow),  # 118 s of nvcc
         ("squeezenet", False),  # bodies inlined into the persistent kernel
     ],
 )
