@@ -8,7 +8,9 @@ so that beside TVM + CUDA graph (the same kernels on one stream) it measures wha
 alone give. The plan's steps are ordinary calls in the launch order; ``Plan.streams`` holds
 the stream allocation (``OparaPolicy.streams``), and lowering puts the host's stream calls
 around the launches (``relax_passes/launch_on_streams``). On the CPU there is one stream:
-the calls do nothing and the operators run one after the other.
+the calls do nothing and the operators run one after the other as ordinary kernels, slower
+than the rKernels (light Inception v1, 2 threads: 74.8 ms against sequential's 40.3): it is
+a GPU baseline.
 """
 
 from __future__ import annotations
