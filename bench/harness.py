@@ -142,8 +142,12 @@ def all_configurations(target_kind: str) -> list[dict]:
         rtask.append(("opara_streams_cuda_graph", "opara_streams", None, False))
     configs += [
         {"name": n, "kind": "rtask", "policy": p, "barrier": b, "default": d}
-        | ({"cuda_graph": True} if n.endswith("_cuda_graph") and p != "opara_streams" else {})
-        | ({"stream_graph": True} if p == "opara_streams" and n.endswith("_cuda_graph") else {})
+        # under a CUDA graph: TVM's capture, or for Opara's streams the project's own
+        | (
+            {("stream_graph" if p == "opara_streams" else "cuda_graph"): True}
+            if n.endswith("_cuda_graph")
+            else {}
+        )
         for n, p, b, d in rtask
     ]
     peers = [("onnxruntime", None), ("torch_eager", "eager"), ("torch_compile", "default")]

@@ -98,11 +98,6 @@ def set_target(name: str):
     return Target(SET_TARGETS[name])
 
 
-def prepare_target(name: str):
-    """What the set's operators are prepared for (as ``tvm_rtask.tuning.tune`` does)."""
-    return set_target(name) if is_cuda(name) else "llvm"
-
-
 def is_cuda(name: str) -> bool:
     return SET_TARGETS[name]["kind"] == "cuda"
 
@@ -116,8 +111,9 @@ def num_cores(name: str) -> int | None:
 # -- tune -------------------------------------------------------------------------------------
 def cmd_tune(args) -> None:
     from tvm_rtask.tuning import tune
-    from tvm_rtask.tuning.tasks import extract_tasks, prepared
+    from tvm_rtask.tuning.tasks import extract_tasks, preparation_target, prepared
 
+    target = set_target(args.set)
     deadline = time.monotonic() + args.seconds if args.seconds else None
     for spec in args.models:
         left = None if deadline is None else deadline - time.monotonic()
@@ -125,11 +121,11 @@ def cmd_tune(args) -> None:
             print(f"{spec}: no time left", flush=True)
             break
         model = load_spec(spec)
-        count = len(extract_tasks(prepared(model, target=prepare_target(args.set))))
+        count = len(extract_tasks(prepared(model, target=preparation_target(target))))
         print(f"{spec}: {count} operators, {args.trials_per_op} trials each", flush=True)
         report = tune(
             model,
-            set_target(args.set),
+            target,
             args.work,
             trials=args.trials_per_op * count,
             seconds=left,
@@ -231,7 +227,13 @@ def cmd_ship(args) -> None:
     from tvm_rtask.records.database import Ledger, open_database, valid_records
     from tvm_rtask.records.tuned import TunedKernels
     from tvm_rtask.runtime import set_num_threads
-    from tvm_rtask.tuning.tasks import extract_tasks, prepared, task_module, workload_key
+    from tvm_rtask.tuning.tasks import (
+        extract_tasks,
+        preparation_target,
+        prepared,
+        task_module,
+        workload_key,
+    )
     from tvm_rtask.tuning.tuner import tuning_target
 
     set_num_threads(NUM_CORES)
@@ -261,7 +263,7 @@ def cmd_ship(args) -> None:
     operators: dict[str, dict] = {}
     models: dict[str, dict] = {}
     for spec in args.models:
-        tasks = extract_tasks(prepared(load_spec(spec), target=prepare_target(args.set)))
+        tasks = extract_tasks(prepared(load_spec(spec), target=preparation_target(target)))
         covered = []
         for task in tasks:
             key = workload_key(task.func)

@@ -98,4 +98,4 @@ def test_unknown_target_kind_is_a_plan_error():
     plan = tvm_rtask.plan(mod, "llvm", policy="opara_streams", num_veu=2)
     odd = Plan.from_dict({**plan.to_dict(), "target": {"kind": "vulkan"}})
     with pytest.raises(PlanError, match="vulkan"):
-        launch_on_streams(mod, 0, {}, odd)
+        launch_on_streams(mod["main"], 0, {}, odd)

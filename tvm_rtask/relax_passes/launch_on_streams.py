@@ -58,9 +58,9 @@ def _host_call(name: str, args: list, index: int) -> relax.VarBinding:
 
 
 def launch_on_streams(
-    mod: tvm.IRModule, block_index: int, launch_at: dict[int, int], plan: Plan
+    main: relax.Function, block_index: int, launch_at: dict[int, int], plan: Plan
 ) -> relax.Function:
-    """``mod``'s ``main`` with the stream calls of ``plan`` around its launches.
+    """``main`` with the stream calls of ``plan`` around its launches.
 
     ``launch_at[k]``: the position in block ``block_index`` of step ``k``'s launch (steps
     that launch nothing are absent)."""
@@ -68,7 +68,7 @@ def launch_on_streams(
     if kind not in DEVICE_TYPES:
         raise PlanError(f"launches on several streams: no stream runtime for target {kind!r}")
     for k, pos in launch_at.items():
-        value = mod["main"].body.blocks[block_index].bindings[pos].value
+        value = main.body.blocks[block_index].bindings[pos].value
         if isinstance(value, relax.Call) and getattr(value.op, "name", "") == (
             "relax.call_tir_inplace"
         ):
@@ -76,9 +76,10 @@ def launch_on_streams(
     launches = sorted(launch_at)
     actions = stream_actions(plan, launches)
     check_stream_actions(plan, launches, actions)
-    main = relax.transform.ToNonDataflow()(tvm.IRModule({"main": mod["main"]}))["main"]
+    dataflow = main
+    main = relax.transform.ToNonDataflow()(tvm.IRModule({"main": dataflow}))["main"]
     old = main.body.blocks[block_index].bindings
-    if len(old) != len(mod["main"].body.blocks[block_index].bindings):
+    if len(old) != len(dataflow.body.blocks[block_index].bindings):
         raise PlanError("ToNonDataflow changed the bindings of main's block")
     step_at = {pos: k for k, pos in launch_at.items()}
     pending = iter(actions)

@@ -149,8 +149,7 @@ class LowerRPrograms:
         mod = builder.get()
         main = replace_block(mod["main"], extracted.block_index, bindings)
         if plan.streams:
-            mod["main"] = main
-            main = launch_on_streams(mod, extracted.block_index, launch_at, plan)
+            main = launch_on_streams(main, extracted.block_index, launch_at, plan)
         calls = [
             b.value
             for b in bindings

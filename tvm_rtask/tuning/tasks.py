@@ -67,6 +67,15 @@ def extract_tasks(mod: tvm.IRModule, include_injective: bool = False) -> list[Tu
     return list(tasks.values())
 
 
+def preparation_target(target):
+    """What a model is prepared for when its operators are tuned for ``target``: CUDA's own
+    preparation (no channel blocks, no packed weights), else the generic llvm one that the
+    llvm records were always keyed on (the shipped ``x86_64-avx2`` set)."""
+    from ..backend import as_target
+
+    return target if as_target(target).kind.name == "cuda" else "llvm"
+
+
 def prepared(mod, fusion: str | None = None, target="llvm") -> tvm.IRModule:
     """``mod`` (ONNX path, ModelProto or Relax module) after the rTask pipeline's preparation
     for ``target``: the PrimFuncs ``compile`` will look records up for (CUDA keeps NCHW where
@@ -77,4 +86,11 @@ def prepared(mod, fusion: str | None = None, target="llvm") -> tvm.IRModule:
     return RTaskPrepare(fusion, target=target)(frontend.load(mod))
 
 
-__all__ = ["TuningTask", "extract_tasks", "has_reduction", "prepared", "task_module"]
+__all__ = [
+    "TuningTask",
+    "extract_tasks",
+    "has_reduction",
+    "preparation_target",
+    "prepared",
+    "task_module",
+]

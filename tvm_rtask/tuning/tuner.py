@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ..errors import OptionError
 from ..records.database import Ledger, mean_secs, open_database, valid_records
 from .measure import RPCSettings, make_builder, make_runner
-from .tasks import TuningTask, extract_tasks, prepared, task_module
+from .tasks import TuningTask, extract_tasks, preparation_target, prepared, task_module
 
 
 @dataclass
@@ -191,11 +191,7 @@ def tune(
     work_dir = os.fspath(work_dir)
     target = tuning_target(target, num_cores)
     kind = str(target.kind.name)
-    # CUDA's preparation differs from the CPU's (no channel blocks, no packed weights): its
-    # operators are prepared for it; llvm records stay keyed on the generic llvm preparation
-    # they were always tuned on (the shipped x86_64-avx2 set)
-    tasks = extract_tasks(prepared(mod, fusion, target if kind == "cuda" else "llvm"),
-                          include_injective)  # fmt: skip
+    tasks = extract_tasks(prepared(mod, fusion, preparation_target(target)), include_injective)
     ledger = Ledger(work_dir) if os.path.isdir(work_dir) else None
     # Shared over all operators, finished or not, so a resumed run gives each the same budget.
     # A time budget alone still needs a trial count per operator for MetaSchedule.

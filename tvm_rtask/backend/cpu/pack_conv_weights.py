@@ -122,8 +122,8 @@ def pointwise_panel(channels: int, lanes: int, registers: int) -> int | None:
     widths that give an even count of panels (the panels are its parallel loop, and
     nothing else is: 192 channels in three panels of 64 kept one of two vEUs idle a third
     of the time)."""
+    most = panel_vectors(registers)
     for vectors in PANEL_VECTORS:
-        most = panel_vectors(registers)
         width = panel_width(channels, lanes, max_vectors=most, choices=(vectors,))
         if width is not None and (channels // width) % 2 == 0:
             return width

@@ -45,7 +45,7 @@ from ...relax_exprs import (
     rewrite_functions,
     static_shape_of,
 )
-from .rules.base import panel_vectors
+from .rules.base import panel_vectors, registers_for_lanes
 
 PACKED_NAME = "matmul_packed"
 
@@ -172,7 +172,7 @@ class PackMatmulWeights:
 
     def __init__(self, lanes: int, registers: int | None = None) -> None:
         self.lanes = lanes
-        self.registers = registers if registers is not None else (32 if lanes >= 16 else 16)
+        self.registers = registers if registers is not None else registers_for_lanes(lanes)
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         rewriter = _Rewriter(mod, self.lanes, panel_vectors(self.registers))

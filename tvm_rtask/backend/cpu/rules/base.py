@@ -79,7 +79,12 @@ def vector_lanes(target: Target, dtype_bits: int = 32) -> int:
 def vector_registers(target: Target) -> int:
     """Vector registers of the target: 32 with AVX-512 (``zmm0-31``), else 16 (AVX2's
     ``ymm0-15``, SSE's and NEON's own sixteen or more: 16 is the safe count)."""
-    return 32 if vector_lanes(target) * 32 >= 512 else 16
+    return registers_for_lanes(vector_lanes(target))
+
+
+def registers_for_lanes(lanes: int) -> int:
+    """:func:`vector_registers` from the float32 lanes alone: 32 for 512-bit vectors."""
+    return 32 if lanes * 32 >= 512 else 16
 
 
 def panel_vectors(registers: int) -> int:
