@@ -216,6 +216,11 @@ class Backend(ABC):
         """The target MetaSchedule tunes for."""
         return self.target
 
+    def tuning_preparation(self):
+        """The target a model is prepared for when its operators are tuned for this one (the
+        PrimFuncs whose records compile looks up); this target by default."""
+        return self.target
+
     # -- planning --------------------------------------------------------------------------
     @abstractmethod
     def make_rkernels(

@@ -71,9 +71,9 @@ def preparation_target(target):
     """What a model is prepared for when its operators are tuned for ``target``: CUDA's own
     preparation (no channel blocks, no packed weights), else the generic llvm one that the
     llvm records were always keyed on (the shipped ``x86_64-avx2`` set)."""
-    from ..backend import as_target
+    from ..backend import get_backend
 
-    return target if as_target(target).kind.name == "cuda" else "llvm"
+    return get_backend(target).tuning_preparation()
 
 
 def prepared(mod, fusion: str | None = None, target="llvm") -> tvm.IRModule:

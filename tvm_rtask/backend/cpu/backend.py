@@ -253,6 +253,11 @@ class CPUBackend(Backend):
             config["num-cores"] = int(num_cores or worker_capacity())
         return Target(config)
 
+    def tuning_preparation(self):
+        """The generic llvm preparation, which the llvm records were always keyed on (the
+        shipped ``x86_64-avx2`` set), whatever CPU the target names."""
+        return "llvm"
+
     def record_set(self, options) -> str | None:
         """``x86_64-avx2`` for an x86 target whose CPU has AVX2 (plain ``llvm`` is generic
         x86-64, SSE2 only: none)."""

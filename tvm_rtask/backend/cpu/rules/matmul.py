@@ -137,9 +137,7 @@ def flatten_rows(sch: s_tir.Schedule, block, extents: list[int]):
     def index_map(func, ndim):
         return tirx.IndexMap.from_func(func, ndim=ndim, index_dtype=dtype)
 
-    sch.transform_layout(
-        block, ("write", 0), index_map(lambda *ivs: (row(*ivs), ivs[-1]), outputs)
-    )
+    sch.transform_layout(block, ("write", 0), index_map(lambda *ivs: (row(*ivs), ivs[-1]), outputs))
     sch.transform_block_layout(
         block, index_map(lambda *ivs: (row(*ivs[:-1]), ivs[-2], ivs[-1]), outputs + 1)
     )
