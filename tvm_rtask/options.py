@@ -16,6 +16,7 @@ registered backend.
 
 from __future__ import annotations
 
+import os
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -435,6 +436,8 @@ def resolve_options(explicit: dict, pass_config=None, backend=None) -> RTaskOpti
                 f"options of policy {policy!r}: {sorted(accepted) or 'none'}"
             )
         values["policy_options"] = {**values.get("policy_options", {}), **extra}
+    if isinstance(values.get("db"), os.PathLike):  # a pathlib.Path names a directory too
+        values["db"] = os.fspath(values["db"])
     return RTaskOptions(**values, target_options=given).validate()
 
 

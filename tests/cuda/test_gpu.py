@@ -172,3 +172,25 @@ def test_opara_streams_match_references_plain_and_in_one_cuda_graph(name):
         got = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("body_functions", [True, False])
+def test_rkernels_made_from_metaschedule_records_match_references(body_functions, tmp_path):
+    """MetaSchedule's CUDA schedules (virtual threads, shared tiles; made-up times) as
+    rKernels: ``tests/backend/cuda/test_tuned_records.py`` checks their code, this their
+    results."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tests.backend.cuda.test_tuned_records import metaschedule_record, two_matmuls
+    from tvm_rtask.backend import get_backend
+    from tvm_rtask.tuning.tasks import extract_tasks, prepared
+
+    model = two_matmuls()
+    target = get_backend(TARGET).tuning_target()
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    for seed, task in enumerate(extract_tasks(prepared(model, None, target)), start=1):
+        metaschedule_record(database, task.func, target, seed)
+    label = ("two matmuls, records", body_functions)
+    _matches_references(
+        model, random_inputs(model), label, db=str(tmp_path), cuda_body_functions=body_functions
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,6 +99,7 @@ def test_options_accept_a_path_false_and_none_only():
     assert resolve_options({"db": False}).db is False
     assert resolve_options({"db": "none"}).db == "none"
     assert resolve_options({"db": "work"}).db == "work"
+    assert resolve_options({"db": Path("work")}).db == "work"
     for bad in (True, 3):
         with pytest.raises(OptionError, match="db must be"):
             resolve_options({"db": bad})

@@ -40,6 +40,8 @@ from .rules import rules_enabled
 
 RKERNEL_SUFFIX = "_rkernel"
 ARCH_SPECS = {"sm_70": "v100", "sm_80": "a100", "sm_90": "h100"}
+# what a block's static __shared__ arrays may hold (more needs the dynamic opt-in)
+STATIC_SHARED_BYTES = 48 * 1024
 # The defaults below bound compile and planning time; the measurements that chose them are
 # in docs/compile-time.md, "The CUDA backend's limits".
 # Distinct rKernels per rProgram: nvcc's time grows faster than linearly with the kernel,
@@ -175,7 +177,8 @@ def schedule_target(target: Target, threads: int) -> Target:
 
 def _apply_tuned(mod: tvm.IRModule, tuned) -> tvm.IRModule:
     """Each PrimFunc with a record replaced by its best schedule, marked scheduled so dlight
-    leaves it alone (not verified on a GPU yet)."""
+    leaves it alone (its code checked in ``tests/backend/cuda/test_tuned_records.py``; its
+    results on a GPU by ``tests/cuda/test_gpu.py``, not yet run)."""
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, tvm.tirx.PrimFunc):
             best = tuned.best(func)
@@ -336,6 +339,22 @@ class CUDABackend(Backend):
 
     def device_name(self) -> str:
         return str(self.device().device_name)
+
+    def tuning_target(self, num_cores: int | None = None) -> Target:
+        """The target with the per-block limits MetaSchedule's CUDA rules require (AutoBind
+        refuses a target without ``max_threads_per_block``), from the arch's device table
+        entry where the target does not give them; shared memory at the 48 KB a block's
+        static ``__shared__`` arrays may hold, as TVM's ``nvidia/nvidia-h100`` tag says."""
+        del num_cores  # the builder uses every core; the GPU measures
+        spec = get_spec(ARCH_SPECS.get(str(self.target.arch), "h100"))
+        limits = {
+            "max_threads_per_block": spec.max_threads_per_block,
+            "max_shared_memory_per_block": min(spec.shared_mem_per_block, STATIC_SHARED_BYTES),
+            "registers_per_block": spec.registers_per_sm,
+            "thread_warp_size": spec.warp_size,
+        }
+        config = dict(self.target.export())
+        return Target({**limits, **{k: v for k, v in config.items() if v is not None}})
 
     def parse_options(self, options) -> CUDAOptions:
         if options.barrier == "global":

@@ -5,7 +5,8 @@ The rewrite (Rammer section 4.1.4) takes a kernel scheduled by dlight (or MetaSc
 * removes every ``blockIdx`` loop, binding ``bx = rtask_id % gx``, ``by = rtask_id // gx % gy``,
   ``bz = rtask_id // (gx * gy)``, so ``num_rtasks = gx * gy * gz``;
 * removes extent-1 ``vthread`` loops (left in a dispatcher they are merged with its own thread
-  loops by UnifyThreadBinding, a silent miscompile noted in TVM_NOTES.md);
+  loops by UnifyThreadBinding, a silent miscompile, docs/findings.md) and keeps longer ones
+  (MetaSchedule's tiles), which TVM's InjectVirtualThread lowers with the rProgram;
 * maps the kernel's ``threadIdx.{x,y,z}`` shape onto the vEU's 1-D thread index ``tid``
   (``x = tid % nx``, ``y = tid // nx % ny``, ``z = tid // (nx * ny)``); when the vEU has more
   threads than the task, every leaf block gets the predicate ``tid < nx * ny * nz``, so
@@ -138,22 +139,17 @@ def _tag(loop) -> str | None:
 def _extents(func: tirx.PrimFunc) -> tuple[dict[str, int], dict[str, int]]:
     grid: dict[str, int] = {}
     block: dict[str, int] = {}
-
-    def visit(node):
-        if isinstance(node, tirx.For):
-            tag = _tag(node)
-            if tag is None:
-                return
-            extent = _int(node.extent)
-            table = grid if tag in BLOCK_TAGS else block if tag in THREAD_TAGS else None
-            if table is None:
-                if tag.startswith("vthread") and extent != 1:
-                    raise UnsupportedOperator(f"virtual thread {tag} of extent {extent}")
-                return
-            if table.setdefault(tag, extent) != extent:
-                raise UnsupportedOperator(f"{tag} bound with extents {table[tag]} and {extent}")
-
-    tvm_ffi.structural_walk(func.body, visit)
+    loops = []  # collected first: an error raised inside the walk reaches Python untyped
+    tvm_ffi.structural_walk(
+        func.body, lambda n: loops.append(n) if isinstance(n, tirx.For) and _tag(n) else None
+    )
+    for loop in loops:
+        tag, extent = _tag(loop), _int(loop.extent)
+        table = grid if tag in BLOCK_TAGS else block if tag in THREAD_TAGS else None
+        if table is None:  # a virtual thread: TVM's InjectVirtualThread lowers it
+            continue
+        if table.setdefault(tag, extent) != extent:
+            raise UnsupportedOperator(f"{tag} bound with extents {table[tag]} and {extent}")
     return grid, block
 
 
@@ -388,6 +384,8 @@ def make_cuda_rkernel(
             body = _substitute(loop.body, loop.loop_var, value)
             return _keep_annotations(loop, body)
         if tag.startswith("vthread"):
+            if _int(loop.extent) != 1:  # MetaSchedule's tiles: lowered with the rProgram
+                return loop
             body = _substitute(loop.body, loop.loop_var, tirx.IntImm(str(loop.loop_var.ty), 0))
             return _keep_annotations(loop, body)
         raise UnsupportedOperator(f"unexpected thread binding {tag}")
