@@ -5,7 +5,7 @@ The rewrite (Rammer section 4.1.4) takes a kernel scheduled by dlight (or MetaSc
 * removes every ``blockIdx`` loop, binding ``bx = rtask_id % gx``, ``by = rtask_id // gx % gy``,
   ``bz = rtask_id // (gx * gy)``, so ``num_rtasks = gx * gy * gz``;
 * removes extent-1 ``vthread`` loops (left in a dispatcher they are merged with its own thread
-  loops by UnifyThreadBinding, a silent miscompile, docs/findings.md) and keeps longer ones
+  loops by UnifyThreadBinding, a silent miscompile, docs/cuda-kernels.md) and keeps longer ones
   (MetaSchedule's tiles), which TVM's InjectVirtualThread lowers with the rProgram;
 * maps the kernel's ``threadIdx.{x,y,z}`` shape onto the vEU's 1-D thread index ``tid``
   (``x = tid % nx``, ``y = tid // nx % ny``, ``z = tid // (nx * ny)``); when the vEU has more
