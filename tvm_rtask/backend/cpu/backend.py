@@ -40,9 +40,20 @@ from .tuned import make_tuned_cpu_rkernel, outer_parallel_extent
 # the limits of policies/limits.py: wavefront, wavefront_global, ios, opara).
 MAX_OPS_PER_PROGRAM = 64
 RTASKS_PER_VEU = 2
-DEFAULT_LAYOUT = "nchwc"
-CPU_LAYOUTS = ("nchw", "nchwc")
+DEFAULT_LAYOUT = "auto"
+CPU_LAYOUTS = ("auto", "nchw", "nchwc")
+# cpu_layout="auto" blocks channels where a vector holds this many float32 lanes (AVX-512):
+# with AVX2's 8, NCHW16c ran 0.95-1.7x NCHW's time (docs/cpu-kernels.md, "Channel blocks")
+BLOCKED_MIN_LANES = 16
 VARIANT_INFIX = "_rk"
+
+
+def channel_layout(layout: str, lanes: int) -> str:
+    """The layout ``cpu_layout`` asks for on vectors of ``lanes`` float32 lanes: ``auto`` is
+    ``nchwc`` from :data:`BLOCKED_MIN_LANES` lanes on, else ``nchw``."""
+    if layout != "auto":
+        return layout
+    return "nchwc" if lanes >= BLOCKED_MIN_LANES else "nchw"
 
 
 def _rules_default() -> bool:
@@ -81,7 +92,9 @@ class CPUOptions(TargetOptions):
         "in channel blocks of the vector width (`NCHW16c` with AVX-512), carried by TVM's "
         "`ConvertLayout` and changed back at the model's edges. A model keeps NCHW where "
         "fewer than 4 convolutions can be blocked, where TVM cannot convert it (a warning), "
-        "or where layout changes would remain inside it; `nchw` keeps the model's layout "
+        "or where layout changes would remain inside it; `nchw` keeps the model's layout; "
+        "`auto`: `nchwc` where a vector holds 16 float32 lanes (AVX-512), else `nchw` (with "
+        "AVX2 the blocks were slower on 7 of 8 models) "
         '([cpu-kernels.md](cpu-kernels.md), "Channel blocks (NCHWc)")',
     )
     build_jobs: int | None = option(
@@ -281,7 +294,8 @@ class CPUBackend(Backend):
         return self.options_for(options).barrier
 
     def prepare_passes(self, options) -> list:
-        """With the rules on: with ``cpu_layout="nchwc"``, convolutions in channel blocks
+        """With the rules on: with ``cpu_layout="nchwc"`` (or ``"auto"`` on AVX-512,
+        :func:`channel_layout`), convolutions in channel blocks
         (``blocked_channels.py``); strided 1x1 convolutions as a subsampling copy and a GEMM
         (``subsample_pointwise.py``), constant convolution weights packed into
         output-channel panels (``pack_conv_weights.py``, for ``Conv2dPackedNCHW``) and
@@ -299,7 +313,8 @@ class CPUBackend(Backend):
         lanes, registers = vector_lanes(self.target), vector_registers(self.target)
         # before the strided 1x1 convolutions become a slice and a GEMM: in NCHWc they
         # stay convolutions (a slice would take the layout back to NCHW and again)
-        blocked = [BlockedChannels(lanes, registers)] if cpu.layout == "nchwc" else []
+        layout = channel_layout(cpu.layout, lanes)
+        blocked = [BlockedChannels(lanes, registers)] if layout == "nchwc" else []
         return [
             *blocked,
             SubsamplePointwiseStride(),
