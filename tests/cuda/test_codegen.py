@@ -1,7 +1,8 @@
 """CUDA code generation without a GPU: persistent kernels that nvcc accepts, checked in shape.
 
-For the light models (sm_90 for three, sm_80 for the two smallest, the others slow) and every
-built-in architecture (reduced, sm_90; sm_80 and full sizes slow), the generated CUDA source must
+For the light models (sm_90 for AlexNet and SqueezeNet, sm_80 for SqueezeNet, the others slow)
+and every built-in architecture (reduced, sm_90 but Inception v3; sm_80 and full sizes slow),
+the generated CUDA source must
 compile with ``nvcc -ptx``. Structural checks: one ``__global__`` kernel per launch in
 the plan, vEUs within occupancy capacity, the counter waits encoded in the task tables,
 guards plus syncs where a task has fewer threads than its vEU, and no warp operation whose

@@ -179,17 +179,10 @@ def test_rkernels_made_from_metaschedule_records_match_references(body_functions
     """MetaSchedule's CUDA schedules (virtual threads, shared tiles; made-up times) as
     rKernels: ``tests/backend/cuda/test_tuned_records.py`` checks their code, this their
     results."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from tests.backend.cuda.test_tuned_records import metaschedule_record, two_matmuls
-    from tvm_rtask.backend import get_backend
-    from tvm_rtask.tuning.tasks import extract_tasks, prepared
+    from tests.backend.cuda.test_tuned_records import two_matmuls, write_records
 
     model = two_matmuls()
-    target = get_backend(TARGET).tuning_target()
-    database = ms.database.JSONDatabase(work_dir=str(tmp_path))
-    for seed, task in enumerate(extract_tasks(prepared(model, None, target)), start=1):
-        metaschedule_record(database, task.func, target, seed)
+    write_records(model, tmp_path)
     label = ("two matmuls, records", body_functions)
     _matches_references(
         model, random_inputs(model), label, db=str(tmp_path), cuda_body_functions=body_functions

@@ -68,9 +68,8 @@ def extract_tasks(mod: tvm.IRModule, include_injective: bool = False) -> list[Tu
 
 
 def preparation_target(target):
-    """What a model is prepared for when its operators are tuned for ``target``: CUDA's own
-    preparation (no channel blocks, no packed weights), else the generic llvm one that the
-    llvm records were always keyed on (the shipped ``x86_64-avx2`` set)."""
+    """What a model is prepared for when its operators are tuned for ``target``: its
+    backend's ``tuning_preparation`` (CUDA's own target; llvm's generic one)."""
     from ..backend import get_backend
 
     return get_backend(target).tuning_preparation()

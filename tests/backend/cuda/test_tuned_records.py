@@ -101,18 +101,25 @@ def metaschedule_record(database, func, target, seed: int) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def records(tmp_path_factory):
+def write_records(model, work_dir) -> list:
+    """A work directory of one record per operator of ``model`` for the CUDA tuning target
+    (as ``tune`` prepares it); returns the operators' tasks."""
     from tvm.s_tir import meta_schedule as ms
 
-    model = two_matmuls()
     target = get_backend(TARGET).tuning_target()
-    work_dir = tmp_path_factory.mktemp("cuda-records")
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
     tasks = extract_tasks(prepared(model, None, target))
-    assert len(tasks) == 2, [t.name for t in tasks]
     for seed, task in enumerate(tasks, start=1):
         metaschedule_record(database, task.func, target, seed)
+    return tasks
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    model = two_matmuls()
+    work_dir = tmp_path_factory.mktemp("cuda-records")
+    tasks = write_records(model, work_dir)
+    assert len(tasks) == 2, [t.name for t in tasks]
     tuned = load_tuned(work_dir, "cuda")
     return model, work_dir, {task.name: tuned.best(task.func) for task in tasks}
 

@@ -94,7 +94,7 @@ class CPUOptions(TargetOptions):
         "fewer than 4 convolutions can be blocked, where TVM cannot convert it (a warning), "
         "or where layout changes would remain inside it; `nchw` keeps the model's layout; "
         "`auto`: `nchwc` where a vector holds 16 float32 lanes (AVX-512), else `nchw` (with "
-        "AVX2 the blocks were slower on 7 of 8 models) "
+        "AVX2 the blocks were slower on 7 of 9 models) "
         '([cpu-kernels.md](cpu-kernels.md), "Channel blocks (NCHWc)")',
     )
     build_jobs: int | None = option(

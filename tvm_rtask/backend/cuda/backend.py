@@ -155,7 +155,13 @@ class CUDAOptions(TargetOptions):
 
     @classmethod
     def parse(cls, options, target: Target) -> CUDAOptions:
-        return cls.from_options(options, device=ARCH_SPECS.get(str(target.arch), "h100"))
+        return cls.from_options(options, device=arch_device(target))
+
+
+def arch_device(target: Target) -> str:
+    """The device table entry of ``target``'s arch (``sm_70`` v100, ``sm_80`` a100, else
+    h100): the default of the ``device`` option and of the tuning target's limits."""
+    return ARCH_SPECS.get(str(target.arch), "h100")
 
 
 def _spilling_kernel_count(plan) -> int:
@@ -346,15 +352,14 @@ class CUDABackend(Backend):
         entry where the target does not give them; shared memory at the 48 KB a block's
         static ``__shared__`` arrays may hold, as TVM's ``nvidia/nvidia-h100`` tag says."""
         del num_cores  # the builder uses every core; the GPU measures
-        spec = get_spec(ARCH_SPECS.get(str(self.target.arch), "h100"))
+        spec = get_spec(arch_device(self.target))
         limits = {
             "max_threads_per_block": spec.max_threads_per_block,
             "max_shared_memory_per_block": min(spec.shared_mem_per_block, STATIC_SHARED_BYTES),
             "registers_per_block": spec.registers_per_sm,
             "thread_warp_size": spec.warp_size,
         }
-        config = dict(self.target.export())
-        return Target({**limits, **{k: v for k, v in config.items() if v is not None}})
+        return Target({**limits, **self.target.export()})
 
     def parse_options(self, options) -> CUDAOptions:
         if options.barrier == "global":
