@@ -2,6 +2,12 @@
 
 Usage: python -m bench ab --base REV [--models resnet18 ...] [--size full]
        [--seconds 10] [--target llvm-native] [--json OUT.json]
+       [--base-option KEY=VALUE ...] [--head-option KEY=VALUE ...]
+
+``--base HEAD`` with options on one side compares two settings of one commit (for example
+``--base-option cpu_layout=nchw``: the default layout against NCHW); each option is passed to
+``tvm_rtask.compile`` as a keyword, its value parsed as JSON where it parses (``4``, ``true``)
+and kept as a string otherwise.
 
 A model is any name ``python -m bench peers`` takes (torchvision's at ``--size``, a zoo or
 light model, an ``.onnx`` file); it is written once as an ONNX file, with seeded weights,
@@ -47,8 +53,9 @@ from tvm_rtask import frontend
 from tvm_rtask.backend import as_target
 import onnx
 from tvm_rtask.runtime.export import export_library
-outdir, models, target, *names = sys.argv[1:]
+outdir, models, target, options, *names = sys.argv[1:]
 target = as_target(target)
+options = json.loads(options)
 def cpu_s():
     # this process and the build processes it forked and waited for
     t = os.times()
@@ -56,7 +63,7 @@ def cpu_s():
 for name in names:
     mod = frontend.load(onnx.load(os.path.join(models, name + ".onnx")))
     cpu, wall = cpu_s(), time.perf_counter()
-    ex = tvm_rtask.compile(mod, target)
+    ex = tvm_rtask.compile(mod, target, **options)
     cpu, wall = cpu_s() - cpu, time.perf_counter() - wall
     export_library(ex, os.path.join(outdir, name + ".so"))
     with open(os.path.join(outdir, name + ".json"), "w") as f:
@@ -105,6 +112,20 @@ print("RESULT " + json.dumps(row), flush=True)
 """
 
 
+def parse_options(pairs: list[str]) -> dict:
+    """``KEY=VALUE`` pairs as compile keywords; a value is JSON where it parses."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            sys.exit(f"an option is KEY=VALUE, not {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
 def _run(args: list[str], cwd: str = ROOT, threads: int | None = None) -> str:
     env = None if threads is None else {**os.environ, "TVM_NUM_THREADS": str(threads)}
     proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
@@ -128,7 +149,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", default="llvm-native")
     parser.add_argument("--threads", type=int, default=2, help="vEUs and worker threads")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument(
+        "--base-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a compile option of the base side (repeatable)",
+    )
+    parser.add_argument(
+        "--head-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a compile option of the head side (repeatable)",
+    )
     args = parser.parse_args(argv)
+    options = {"base": parse_options(args.base_option), "head": parse_options(args.head_option)}
 
     with tempfile.TemporaryDirectory(prefix="rtask-ab-") as tmp:
         models = os.path.join(tmp, "models")
@@ -145,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
             for side, source in (("base", tree), ("head", "-")):
                 os.makedirs(out[side])
                 _run([sys.executable, "-c", EXPORT, source, out[side], models, args.target,
-                      *args.models], cwd=ROOT if source == "-" else source,
+                      json.dumps(options[side]), *args.models],
+                     cwd=ROOT if source == "-" else source,
                      threads=args.threads)  # fmt: skip
             rows = []
             for name in args.models:
@@ -165,7 +202,18 @@ def main(argv: list[str] | None = None) -> None:
             _run(["git", "worktree", "remove", "--force", tree])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"base": args.base, "target": args.target, "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "base": args.base,
+                    "target": args.target,
+                    "threads": args.threads,
+                    "options": options,
+                    "command": " ".join(sys.argv),
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":
