@@ -20,6 +20,7 @@ from .base import CPUScheduleRule, vector_lanes
 from .conv2d_nchw import Conv2dNCHW
 from .conv2d_packed import Conv2dPackedNCHW
 from .depthwise_conv2d import DepthwiseConv2dNCHW
+from .elementwise import Elementwise
 from .fast_math import vectorizable_math
 from .matmul import MatmulKN
 from .pool2d_nchw import Pool2dNCHW
@@ -37,6 +38,7 @@ __all__ = [
     "Conv2dNCHW",
     "Conv2dPackedNCHW",
     "DepthwiseConv2dNCHW",
+    "Elementwise",
     "WindowNCHWc",
     "MatmulKN",
     "Pool2dNCHW",
@@ -59,7 +61,8 @@ def default_rules() -> list[CPUScheduleRule]:
     matrix products, then sums over trailing axes with the adds vectorised (global pooling,
     squeeze-and-excitation means), softmax rows and other row normalizations (layer norm) with
     vector partial results, and the row reductions left (rows that are not whole vectors:
-    TVM's ``dlight.cpu.Reduction``)."""
+    TVM's ``dlight.cpu.Reduction``); last, elementwise and other injective operators in
+    vectors."""
     return [
         Conv2dPackedNCHW(),
         WindowNCHWc(),
@@ -71,6 +74,7 @@ def default_rules() -> list[CPUScheduleRule]:
         RowSoftmax(),
         RowPartials(),
         RowReduction(),
+        Elementwise(),
     ]
 
 
