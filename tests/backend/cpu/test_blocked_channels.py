@@ -344,3 +344,23 @@ def test_k_blocked_write_back_and_padding_leave_llvm_nothing_to_copy():
     assert lanes.kind == tvm.tirx.ForKind.VECTORIZED and vectors.kind == tvm.tirx.ForKind.UNROLLED
     assert pixels.kind == tvm.tirx.ForKind.SERIAL
     assert int(pixels.extent) % 14 == 0 and int(pixels.extent) > 14, pixels.extent
+
+
+def test_kept_because_blocks_nothing_and_says_why():
+    mod, _ = _resnet_like()
+    with collecting_fallbacks() as notes:
+        kept = prepare_pipeline(target_passes=[BlockedChannels(8, 16, kept_because="a test")])(mod)
+    assert not any("nchwc" in n or "layout_transform" in n for n in called_names(kept))
+    (note,) = notes
+    assert note["kind"] == LAYOUT_KEPT and note["reason"].endswith("NCHW8c: a test")
+
+
+@pytest.mark.parametrize("mcpu, noted", [("haswell", True), ("skylake-avx512", False)])
+def test_the_report_says_when_auto_keeps_nchw(mcpu, noted):
+    """``cpu_layout="auto"`` on AVX2 leaves the model in NCHW and the plan's report says so;
+    on AVX-512 it blocks, with nothing to say."""
+    mod, _ = _resnet_like()
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    report = tvm_rtask.plan(mod, target, num_veu=2).report()
+    kept = [f for f in report["fallbacks"] if "cpu_layout='auto' keeps NCHW" in f["reason"]]
+    assert bool(kept) == noted

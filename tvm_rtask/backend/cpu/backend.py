@@ -315,6 +315,13 @@ class CPUBackend(Backend):
         # stay convolutions (a slice would take the layout back to NCHW and again)
         layout = channel_layout(cpu.layout, lanes)
         blocked = [BlockedChannels(lanes, registers)] if layout == "nchwc" else []
+        if layout == "nchw" and cpu.layout == "auto":  # said in the plan's report
+            why = (
+                f"cpu_layout='auto' keeps NCHW where a vector holds {lanes} float32 lanes "
+                f"(channel blocks from {BLOCKED_MIN_LANES}, AVX-512); cpu_layout='nchwc' "
+                "forces them"
+            )
+            blocked = [BlockedChannels(lanes, registers, kept_because=why)]
         return [
             *blocked,
             SubsamplePointwiseStride(),

@@ -328,7 +328,9 @@ class BlockedChannels:
     leaves more than ``max_layout_changes`` changes of layout (or one per
     :data:`CONVS_PER_LAYOUT_CHANGE` blocked convolutions). Grouped convolutions of groups
     narrower than a vector are widened first, up to ``max_widening`` times the work
-    (``widen_groups.py``; 1: never)."""
+    (``widen_groups.py``; 1: never). With ``kept_because`` the pass blocks nothing: where
+    the model has convolutions to block, it notes that it stays in NCHW and why (a
+    ``layout kept`` fallback in the plan's report), as ``cpu_layout="auto"`` does on AVX2."""
 
     def __init__(
         self,
@@ -337,7 +339,9 @@ class BlockedChannels:
         max_layout_changes: int = MAX_LAYOUT_CHANGES,
         min_blocked_convs: int = MIN_BLOCKED_CONVS,
         max_widening: int = MAX_WIDENING,
+        kept_because: str | None = None,
     ) -> None:
+        self.kept_because = kept_because
         self.max_widening = max_widening
         self.lanes = lanes
         self.registers = registers
@@ -359,6 +363,15 @@ class BlockedChannels:
             )
 
         original = mod
+        if self.kept_because is not None:
+            candidates = _count(mod, blockable)
+            if candidates >= self.min_blocked_convs:
+                note_fallback(
+                    LAYOUT_KEPT,
+                    f"the model's {candidates} blockable convolutions",
+                    f"{self._kept()}: {self.kept_because}",
+                )
+            return original
         if self.max_widening > 1:  # narrow groups as groups of whole vectors
             mod = rewrite_functions(mod, WidenNarrowGroups(mod, self.lanes, self.max_widening))
         candidates = _count(mod, blockable)
