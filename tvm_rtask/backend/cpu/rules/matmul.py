@@ -258,6 +258,11 @@ class MatmulKN(CPUScheduleRule):
         if split_producers(sch, mm) != []:  # only copies are inlined: no padding here
             return None
         m_ext, n_ext = extents[-3], extents[-2]
+        # the panel width before the rows are flattened: after it the left operand reads
+        # ``x[0, row // W, row % W, k]``, which _matmul_kn_width does not take for ``[m, k]``
+        # (ConvNeXt-T's 28 x 28 x 768 @ 768 x 192 then ran 48-column tiles across 64-column
+        # panels, 4.2x slower)
+        packed = _matmul_kn_width(sch, mm)
         acc = None
         if math.prod(extents[: len(batch)]) > 1 and _weight_is_shared(sch, mm):
             # [B..., M, K] @ [K, N] (channels-last convolutions' layers, a sequence-first
@@ -268,7 +273,6 @@ class MatmulKN(CPUScheduleRule):
             m, n, k = sch.get_loops(mm)
             batch, m_ext = [], math.prod(extents[:-2])
         lanes = min(vector_lanes(target), n_ext)
-        packed = _matmul_kn_width(sch, mm)
         if packed:  # the panel is the column tile: its k rows are contiguous
             if packed % lanes:  # packed for narrower vectors than this target's
                 if lanes % packed:
