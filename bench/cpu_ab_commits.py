@@ -6,8 +6,8 @@ Usage: python -m bench ab --base REV [--models resnet18 ...] [--size full]
 
 ``--base HEAD`` with options on one side compares two settings of one commit (for example
 ``--base-option cpu_layout=nchw``: the default layout against NCHW); each option is passed to
-``tvm_rtask.compile`` as a keyword, its value parsed as JSON where it parses (``4``, ``true``)
-and kept as a string otherwise.
+``tvm_rtask.compile`` as a keyword, its value read as ``tvm-rtask --option`` reads one
+(``4``, ``true``; anything else a string).
 
 A model is any name ``python -m bench peers`` takes (torchvision's at ``--size``, a zoo or
 light model, an ``.onnx`` file); it is written once as an ONNX file, with seeded weights,
@@ -112,20 +112,6 @@ print("RESULT " + json.dumps(row), flush=True)
 """
 
 
-def parse_options(pairs: list[str]) -> dict:
-    """``KEY=VALUE`` pairs as compile keywords; a value is JSON where it parses."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            sys.exit(f"an option is KEY=VALUE, not {pair!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
-
-
 def _run(args: list[str], cwd: str = ROOT, threads: int | None = None) -> str:
     env = None if threads is None else {**os.environ, "TVM_NUM_THREADS": str(threads)}
     proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
@@ -139,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from bench.peers import load_model
     from tvm_rtask import native
+    from tvm_rtask.cli.build import CLIError, parse_key_values
     from tvm_rtask.models.real import REAL_MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -164,7 +151,13 @@ def main(argv: list[str] | None = None) -> None:
         help="a compile option of the head side (repeatable)",
     )
     args = parser.parse_args(argv)
-    options = {"base": parse_options(args.base_option), "head": parse_options(args.head_option)}
+    try:  # as the command line reads --option
+        options = {
+            side: parse_key_values(pairs, f"--{side}-option")
+            for side, pairs in (("base", args.base_option), ("head", args.head_option))
+        }
+    except CLIError as err:
+        sys.exit(str(err))
 
     with tempfile.TemporaryDirectory(prefix="rtask-ab-") as tmp:
         models = os.path.join(tmp, "models")

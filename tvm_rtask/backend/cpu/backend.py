@@ -314,14 +314,17 @@ class CPUBackend(Backend):
         # before the strided 1x1 convolutions become a slice and a GEMM: in NCHWc they
         # stay convolutions (a slice would take the layout back to NCHW and again)
         layout = channel_layout(cpu.layout, lanes)
-        blocked = [BlockedChannels(lanes, registers)] if layout == "nchwc" else []
-        if layout == "nchw" and cpu.layout == "auto":  # said in the plan's report
+        if layout == "nchwc":
+            blocked = [BlockedChannels(lanes, registers)]
+        elif cpu.layout == "auto":  # NCHW by auto's choice: said in the plan's report
             why = (
                 f"cpu_layout='auto' keeps NCHW where a vector holds {lanes} float32 lanes "
                 f"(channel blocks from {BLOCKED_MIN_LANES}, AVX-512); cpu_layout='nchwc' "
                 "forces them"
             )
             blocked = [BlockedChannels(lanes, registers, kept_because=why)]
+        else:
+            blocked = []
         return [
             *blocked,
             SubsamplePointwiseStride(),

@@ -22,12 +22,11 @@ from __future__ import annotations
 import math
 
 from tvm import s_tir, tirx
-from tvm.s_tir.dlight.analysis import get_sblock_info
 from tvm.target import Target
 
 from ....tir.common import root_children
 from ....tir.schedule import schedule_of
-from .base import CPUScheduleRule, extent_of, only_injective_blocks, vector_lanes
+from .base import CPUScheduleRule, extent_of, is_injective, only_injective_blocks, vector_lanes
 
 # leading iterations below which the vectors' loop joins the parallel loop, so that small
 # outputs still split over the vEUs (an rTask is a chunk of the parallel loop)
@@ -58,7 +57,7 @@ class Elementwise(CPUScheduleRule):
         *producers, output = blocks
         try:  # every other block is a producer of the last (several outputs: not this rule)
             for block in reversed(producers):
-                if not get_sblock_info(sch, block).is_injective():
+                if not is_injective(sch, block):
                     return None
                 sch.compute_inline(block)
         except s_tir.ScheduleError:
