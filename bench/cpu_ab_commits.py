@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from bench.peers import load_model
     from tvm_rtask import native
-    from tvm_rtask.cli.build import CLIError, parse_key_values
+    from tvm_rtask.errors import OptionError
     from tvm_rtask.models.real import REAL_MODELS
+    from tvm_rtask.options import parse_key_values
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="git revision to compare with")
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
             side: parse_key_values(pairs, f"--{side}-option")
             for side, pairs in (("base", args.base_option), ("head", args.head_option))
         }
-    except CLIError as err:
+    except OptionError as err:
         sys.exit(str(err))
 
     with tempfile.TemporaryDirectory(prefix="rtask-ab-") as tmp:

@@ -17,6 +17,7 @@ registered backend.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -528,3 +529,25 @@ def update_option_table(path: str | Path = OPTIONS_DOC) -> bool:
     if new != text:
         path.write_text(new, encoding="utf-8")
     return new != text
+
+
+# -- options as text (the command lines' --option / --pass-config, bench ab's --*-option) ------
+def parse_value(text: str) -> Any:
+    """``2`` -> 2, ``true`` -> True, anything else stays a string."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def parse_key_values(items: list[str] | None, flag: str) -> dict[str, Any]:
+    """``["a=1", "b=fine"]`` -> ``{"a": 1, "b": "fine"}``; an item without ``=`` is refused
+    naming ``flag``."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise OptionError(f"{flag} expects name=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = parse_value(value.strip())
+    return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..options import parse_key_values, parse_value  # noqa: F401  (the command lines' names)
 from .artifact import META_FORMAT, META_VERSION
 from .errors import CLIError, first_line
 from .inputs import InputInfo, model_inputs
@@ -28,25 +29,6 @@ class LoadedModel:
 
 
 # -- options --------------------------------------------------------------------------------------
-def parse_value(text: str) -> Any:
-    """``2`` -> 2, ``true`` -> True, anything else stays a string."""
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return text
-
-
-def parse_key_values(items: list[str] | None, flag: str) -> dict[str, Any]:
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise CLIError(f"{flag} expects name=value, got {item!r}")
-        key, value = item.split("=", 1)
-        out[key.strip()] = parse_value(value.strip())
-    return out
-
-
 def parse_target(text: str):
     """A target name (``llvm``, ``cuda``), a TVM tag, or a JSON dict string."""
     text = text.strip()
