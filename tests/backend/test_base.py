@@ -64,7 +64,7 @@ def test_each_backend_declares_its_own_options():
     from tvm_rtask.backend.cpu.backend import CPUBackend, CPUOptions
     from tvm_rtask.backend.cuda.backend import CUDABackend, CUDAOptions
 
-    assert CPUBackend.OPTIONS == ("cpu_rules", "cpu_layout", "cpu_build_jobs")
+    assert CPUBackend.OPTIONS == ("cpu_rules", "cpu_layout", "cpu_winograd", "cpu_build_jobs")
     assert set(CUDABackend.OPTIONS) == {
         "cuda_threads",
         "cuda_registers",

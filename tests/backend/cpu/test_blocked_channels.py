@@ -193,12 +193,15 @@ CASES = {
 }
 
 
-def blocked_alone(mod, cin, hw, rule, part="nchwc"):
-    """``mod`` prepared with the pass told to block even one convolution, its one operator
-    named ``part`` scheduled for this CPU by ``rule``, in TVM's own build; its output and
-    that of TVM's build of ``mod``."""
+def blocked_alone(mod, cin, hw, rule, part="nchwc", winograd=False):
+    """``mod`` prepared with the pass told to block even one convolution (3x3 ones as
+    Winograd convolutions with ``winograd``), its one operator named ``part`` scheduled for
+    this CPU by ``rule``, in TVM's own build; its output and that of TVM's build of
+    ``mod``."""
     lanes, registers = vector_lanes(NATIVE), vector_registers(NATIVE)
-    blocked = BlockedChannels(lanes, registers, max_layout_changes=4, min_blocked_convs=1)
+    blocked = BlockedChannels(
+        lanes, registers, max_layout_changes=4, min_blocked_convs=1, winograd=winograd
+    )
     prepared = prepare_pipeline(target_passes=[blocked])(mod)
     (gvar,) = [g for g in prepared.get_global_vars() if part in g.name_hint]
     if part != "nchwc":
@@ -326,7 +329,7 @@ def test_k_blocked_write_back_and_padding_leave_llvm_nothing_to_copy():
         with net.bb.dataflow():
             out = net.bb.emit_output(net.conv(net.x, 64, 64, 3))
         net.bb.emit_func_output(out)
-    blocked = BlockedChannels(16, 32, max_layout_changes=4, min_blocked_convs=1)
+    blocked = BlockedChannels(16, 32, max_layout_changes=4, min_blocked_convs=1, winograd=False)
     prepared = prepare_pipeline(target_passes=[blocked])(net.bb.get())
     (gvar,) = [g for g in prepared.get_global_vars() if NCHWC_NAME in g.name_hint]
     scheduled = schedule_cpu_func(prepared[gvar], AVX512)

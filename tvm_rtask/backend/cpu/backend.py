@@ -97,6 +97,15 @@ class CPUOptions(TargetOptions):
         "AVX2 the blocks were slower on 7 of 9 models) "
         '([cpu-kernels.md](cpu-kernels.md), "Channel blocks (NCHWc)")',
     )
+    winograd: bool = option(
+        True,
+        name="cpu_winograd",
+        help="3x3 stride-1 convolutions in channel blocks with a constant weight run as "
+        "Winograd convolutions, F(4x4, 3x3) or on small maps F(2x2, 3x3): 2.25-4x fewer "
+        "multiplications, outputs equal to the direct convolution's up to rounding; False "
+        "keeps them direct "
+        '([cpu-kernels.md](cpu-kernels.md), "Winograd convolutions")',
+    )
     build_jobs: int | None = option(
         None,
         name="cpu_build_jobs",
@@ -315,7 +324,7 @@ class CPUBackend(Backend):
         # stay convolutions (a slice would take the layout back to NCHW and again)
         layout = channel_layout(cpu.layout, lanes)
         if layout == "nchwc":
-            blocked = [BlockedChannels(lanes, registers)]
+            blocked = [BlockedChannels(lanes, registers, winograd=cpu.winograd)]
         elif cpu.layout == "auto":  # NCHW by auto's choice: said in the plan's report
             why = (
                 f"cpu_layout='auto' keeps NCHW where a vector holds {lanes} float32 lanes "

@@ -35,6 +35,7 @@ from ...fallbacks import LAYOUT_KEPT, note_fallback
 from ...relax_exprs import (
     OUT_EWISE_FUSABLE,
     array_const,
+    bound_value,
     constant_array,
     four_sided_padding,
     ints,
@@ -45,6 +46,7 @@ from ...relax_exprs import (
 from ...tir.rules import one_line
 from .pack_conv_weights import conv2d_over_panels, conv_output_size, conv_panel, pad_spatial
 from .widen_groups import MAX_WIDENING, WidenNarrowGroups
+from .winograd import WINOGRAD_NAME, conv2d_winograd_nchwc, winograd_tile, winograd_weights
 
 NCHWC_NAME = "conv2d_nchwc"
 # A convolution whose output channels are not whole vectors writes NCHW in panels of half
@@ -166,7 +168,55 @@ def _depthwise_conv2d_nchwc(x: te.Tensor, weight: te.Tensor, strides, padding, d
 @relax.expr_functor.mutator
 class _Lowering(relax.PyExprMutator):
     """``conv2d`` calls with ``OIHW{T}o`` kernels and a side in ``NCHW{b}c`` as calls of
-    ``conv2d_nchwc`` (depthwise: ``depthwise_conv2d_nchwc``)."""
+    ``conv2d_nchwc`` (depthwise: ``depthwise_conv2d_nchwc``; with ``winograd``, 3x3
+    stride-1 ones with a constant weight on maps of enough tiles: ``conv2d_winograd_nchwc``,
+    ``winograd.py``)."""
+
+    def __init__(self, mod: tvm.IRModule, winograd: bool = True) -> None:
+        super().__init__(mod)
+        self.winograd = winograd
+
+    def _oihw_constant(self, expr) -> np.ndarray | None:
+        """The float32 OIHW constant an ``OIHW{T}o`` kernel is ``ConvertLayout``'s
+        ``layout_transform`` of, or None."""
+        value = bound_value(self, expr)
+        if op_name(value) == "relax.layout_transform":
+            value = bound_value(self, value.args[0])
+        if not isinstance(value, tvm.ir.expr.Constant):
+            return None
+        array = constant_array(value)
+        return array if array.ndim == 4 and array.dtype == np.float32 else None
+
+    def _winograd(self, call, padding) -> relax.Expr | None:
+        """The call of ``conv2d_winograd_nchwc`` for a 3x3 stride-1 convolution in channel
+        blocks of one width in and out, or None."""
+        attrs = call.attrs
+        block, x_shape = _blocks(str(attrs.data_layout)), static_shape_of(call.args[0])
+        if (
+            block is None
+            or _blocks(str(attrs.out_layout)) != block
+            or x_shape is None
+            or len(x_shape) != 5
+            or ints(attrs.strides) != [1, 1]
+            or ints(attrs.dilation) != [1, 1]
+        ):
+            return None
+        weight = self._oihw_constant(call.args[1])
+        if weight is None or weight.shape[2:] != (3, 3) or weight.shape[0] % block:
+            return None
+        top, left, bottom, right = padding
+        m = winograd_tile(x_shape[2] + top + bottom - 2, x_shape[3] + left + right - 2)
+        if m is None:
+            return None
+        return self.builder_.call_te(
+            conv2d_winograd_nchwc,
+            call.args[0],
+            array_const(winograd_weights(weight, m, block)),
+            padding,
+            m,
+            primfunc_name_hint=WINOGRAD_NAME,
+            primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
+        )
 
     def visit_call_(self, call):  # noqa: D102 (the mutator's hook)
         call = self.visit_expr_post_order(call)
@@ -196,6 +246,10 @@ class _Lowering(relax.PyExprMutator):
                 primfunc_name_hint=DEPTHWISE_NAME,
                 primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE},
             )
+        if groups == 1 and self.winograd:
+            winograd = self._winograd(call, padding)
+            if winograd is not None:
+                return winograd
         return self.builder_.call_te(
             conv2d_over_panels,
             call.args[0],
@@ -340,7 +394,9 @@ class BlockedChannels:
         min_blocked_convs: int = MIN_BLOCKED_CONVS,
         max_widening: int = MAX_WIDENING,
         kept_because: str | None = None,
+        winograd: bool = True,
     ) -> None:
+        self.winograd = winograd
         self.kept_because = kept_because
         self.max_widening = max_widening
         self.lanes = lanes
@@ -408,7 +464,7 @@ class BlockedChannels:
                 f"(at most {allowed} pay off)",
             )
             return original
-        return rewrite_functions(converted, _Lowering(converted))
+        return rewrite_functions(converted, _Lowering(converted, self.winograd))
 
     def _kept(self) -> str:
         """What a fallback of this pass leaves: the reason's first words."""

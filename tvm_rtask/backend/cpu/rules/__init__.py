@@ -29,6 +29,7 @@ from .row_reduction import RowReduction
 from .row_softmax import RowSoftmax
 from .row_sum import RowSum
 from .window_nchwc import WindowNCHWc
+from .winograd_nchwc import WinogradNCHWc
 
 RULE_ATTR = "rtask.cpu_rule"
 
@@ -40,6 +41,7 @@ __all__ = [
     "DepthwiseConv2dNCHW",
     "Elementwise",
     "WindowNCHWc",
+    "WinogradNCHWc",
     "MatmulKN",
     "Pool2dNCHW",
     "RowPartials",
@@ -55,7 +57,8 @@ __all__ = [
 
 
 def default_rules() -> list[CPUScheduleRule]:
-    """Convolutions (packed weights and channel blocks first, depthwise before the general
+    """Winograd convolutions (their own PrimFunc: only this rule schedules it), convolutions
+    (packed weights and channel blocks first, depthwise before the general
     direct rule), window
     pooling (before RowReduction, which takes a 3x3 average pool too, up to 3.5x slower),
     matrix products, then sums over trailing axes with the adds vectorised (global pooling,
@@ -64,6 +67,7 @@ def default_rules() -> list[CPUScheduleRule]:
     TVM's ``dlight.cpu.Reduction``); last, elementwise and other injective operators in
     vectors."""
     return [
+        WinogradNCHWc(),
         Conv2dPackedNCHW(),
         WindowNCHWc(),
         DepthwiseConv2dNCHW(),
