@@ -284,7 +284,7 @@ def _band_pixels_as_one_loop(sch, acc, wx) -> None:
     sch.fuse(loops[i - 1], loops[i])
 
 
-def _pad_in_channel_vectors(sch, pad, loop, lanes: int) -> None:
+def pad_in_channel_vectors(sch, pad, loop, lanes: int) -> None:
     """The padding copy of an NCHWc input under ``loop``: a vector per pixel (the borders'
     condition does not depend on the channel), not a scalar loop for LLVM to vectorize, which
     it also copied once per row."""
@@ -398,7 +398,7 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         par = sch.fuse(n, fo, y, xo) if pixel_parallel else sch.fuse(n, fo, y)
         for pad in pads:
             sch.compute_at(pad, par, preserve_unit_loops=True)
-            _pad_in_channel_vectors(sch, pad, par, lanes)
+            pad_in_channel_vectors(sch, pad, par, lanes)
         if tail is not None and not tail_in_tile(sch, tail, par, lanes):
             return None
         # the write-back in channel vectors: bias loads and the activation vectorise, the
@@ -449,7 +449,7 @@ class Conv2dPackedNCHW(CPUScheduleRule):
         sch.compute_at(tile, xo, preserve_unit_loops=True)
         for pad in pads:
             sch.compute_at(pad, rco, preserve_unit_loops=True)
-            _pad_in_channel_vectors(sch, pad, rco, lanes)
+            pad_in_channel_vectors(sch, pad, rco, lanes)
         if tail is not None and not tail_in_tile(sch, tail, par, lanes):
             return None
         wx = _write_back_vectors(sch, acc, block, vectors, lanes, flat=False)

@@ -33,7 +33,8 @@ from ..winograd import (
     OUTPUT_ROWS_NAME,
     WINOGRAD_NAME,
 )
-from .base import CPUScheduleRule, extent_of, finish_tile_blocks, inline_epilogue, vector_lanes
+from .base import CPUScheduleRule, finish_tile_blocks, inline_epilogue, vector_lanes
+from .conv2d_packed import pad_in_channel_vectors
 
 # tiles of one band at most (its transformed input: 36 x 16 x C floats, 147 KB at C = 64)
 BAND_TILES = 16
@@ -99,6 +100,14 @@ def plan_tiles(
     return band, group, cols, vectors
 
 
+def _positions_unrolled(sch: s_tir.Schedule, loops) -> None:
+    """A transform's two position loops (the first two of ``loops``) unrolled, so that its
+    chain of positions folds, and its channel lanes (the last) vectorized."""
+    sch.unroll(loops[0])
+    sch.unroll(loops[1])
+    sch.vectorize(loops[-1])
+
+
 class WinogradNCHWc(CPUScheduleRule):
     """The Winograd convolution's schedule; see the module docstring."""
 
@@ -136,28 +145,18 @@ class WinogradNCHWc(CPUScheduleRule):
         sch.vectorize(fl)
         # the output transform's first pass per tile and channel block, in registers
         sch.compute_at(out_rows, fb_i, preserve_unit_loops=True)
-        o_i, o_v, *_, o_l = sch.get_loops(out_rows)[-7:]
-        sch.unroll(o_i)
-        sch.unroll(o_v)
-        sch.vectorize(o_l)
+        _positions_unrolled(sch, sch.get_loops(out_rows)[-7:])
         sch.compute_at(gemm, par, preserve_unit_loops=True)
         sch.compute_at(transform, par, preserve_unit_loops=True)
         # the input transform: channel vectors, the tile's positions unrolled
         e, u, t_n, t_y, t_x, c = sch.get_loops(transform)[-6:]
         cb, cl = sch.split(c, [None, lanes])
         sch.reorder(t_n, t_y, t_x, cb, e, u, cl)
-        sch.unroll(e)
-        sch.unroll(u)
-        sch.vectorize(cl)
+        _positions_unrolled(sch, [e, u, cl])
         sch.compute_at(rows, cb, preserve_unit_loops=True)
-        r_e, r_s, *_, r_l = sch.get_loops(rows)[-6:]
-        sch.unroll(r_e)
-        sch.unroll(r_s)
-        sch.vectorize(r_l)
+        _positions_unrolled(sch, sch.get_loops(rows)[-6:])
         sch.compute_at(pad, par, preserve_unit_loops=True)
-        pad_loops = sch.get_loops(pad)
-        if extent_of(sch, pad_loops[-1]) == lanes:
-            sch.vectorize(pad_loops[-1])
+        pad_in_channel_vectors(sch, pad, par, lanes)
         # the GEMMs: a register tile of `cols` tiles by `vectors` channel vectors
         e, u, g_n, g_y, g_x, g_fb, g_fl, rc = sch.get_loops(gemm)[-8:]
         tile = sch.fuse(g_n, g_y, g_x)
@@ -171,6 +170,5 @@ class WinogradNCHWc(CPUScheduleRule):
         sch.unroll(t_i)
         sch.parallel(par)
         init = sch.decompose_reduction(gemm, rc)
-        finish_tile_blocks(sch, (init,), t_o, lanes)
-        finish_tile_blocks(sch, (acc,), t_o, lanes)
+        finish_tile_blocks(sch, (init, acc), t_o, lanes)
         return sch
