@@ -44,7 +44,13 @@ from ...relax_exprs import (
     static_shape_of,
 )
 from ...tir.rules import one_line
-from .pack_conv_weights import conv2d_over_panels, conv_output_size, conv_panel, pad_spatial
+from .pack_conv_weights import (
+    constant_weight,
+    conv2d_over_panels,
+    conv_output_size,
+    conv_panel,
+    pad_spatial,
+)
 from .widen_groups import MAX_WIDENING, WidenNarrowGroups
 from .winograd import WINOGRAD_NAME, conv2d_winograd_nchwc, winograd_tile, winograd_weights
 
@@ -181,11 +187,8 @@ class _Lowering(relax.PyExprMutator):
         ``layout_transform`` of, or None."""
         value = bound_value(self, expr)
         if op_name(value) == "relax.layout_transform":
-            value = bound_value(self, value.args[0])
-        if not isinstance(value, tvm.ir.expr.Constant):
-            return None
-        array = constant_array(value)
-        return array if array.ndim == 4 and array.dtype == np.float32 else None
+            value = value.args[0]
+        return constant_weight(self, value)
 
     def _winograd(self, call, padding) -> relax.Expr | None:
         """The call of ``conv2d_winograd_nchwc`` for a 3x3 stride-1 convolution in channel

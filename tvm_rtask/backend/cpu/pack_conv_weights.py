@@ -250,6 +250,16 @@ def conv_panel(
     return panel
 
 
+def constant_weight(mutator: relax.PyExprMutator, expr) -> np.ndarray | None:
+    """The float32 OIHW constant ``expr`` is (or is bound to in the function ``mutator``
+    visits), or None."""
+    expr = bound_value(mutator, expr)
+    if not isinstance(expr, tvm.ir.expr.Constant):
+        return None
+    value = constant_array(expr)
+    return value if value.ndim == 4 and value.dtype == np.float32 else None
+
+
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int, registers: int) -> None:
@@ -258,11 +268,7 @@ class _Rewriter(relax.PyExprMutator):
         self.registers = registers
 
     def _constant_weight(self, expr) -> np.ndarray | None:
-        expr = bound_value(self, expr)
-        if not isinstance(expr, tvm.ir.expr.Constant):
-            return None
-        value = constant_array(expr)
-        return value if value.ndim == 4 and value.dtype == np.float32 else None
+        return constant_weight(self, expr)
 
     def _panel(self, weight_shape, x_shape, attrs, padding) -> int | None:
         """The panel width of a convolution to pack, or None to leave it unpacked."""
