@@ -26,6 +26,8 @@ from tvm_rtask.backend.cpu.pack_conv_weights import (
     pack_weight,
     packs_pointwise,
     pointwise_panel,
+    single_pixel,
+    single_pixel_panel,
 )
 from tvm_rtask.backend.cpu.rules import RULE_ATTR, Conv2dPackedNCHW, schedule_cpu_func
 from tvm_rtask.backend.cpu.rules.base import vector_lanes, vector_registers
@@ -241,6 +243,50 @@ def test_small_maps_send_their_1x1_convolutions_to_the_panels():
 )
 def test_pointwise_panels_come_in_even_counts(channels, width):
     assert pointwise_panel(channels, 16, 32) == width
+
+
+@pytest.mark.parametrize(
+    "channels, lanes, registers, expected",
+    [
+        (144, 16, 32, (48, 144)),  # three panels: an odd count is fine on one pixel
+        (64, 16, 32, (64, 64)),
+        (72, 16, 32, (16, 80)),  # no panel divides: one vector, zero channels to 80
+        (40, 16, 32, (16, 48)),
+        (8, 16, 32, (16, 16)),
+        (72, 8, 16, (8, 72)),  # AVX2: one vector divides
+    ],
+)
+def test_single_pixel_panels_pad_the_channels_where_no_panel_divides(
+    channels, lanes, registers, expected
+):
+    assert single_pixel_panel(channels, lanes, registers) == expected
+
+
+def test_single_pixel_is_a_1x1_convolution_with_one_output_pixel():
+    attrs = _module(16, 8, (1, 1), (1, 1))["main"].body.blocks[0].bindings[0].value.attrs
+    assert single_pixel((8, 16, 1, 1), (1, 16, 1, 1), attrs, [0, 0, 0, 0])
+    assert not single_pixel((8, 16, 1, 1), (1, 16, 2, 1), attrs, [0, 0, 0, 0])
+    assert not single_pixel((8, 16, 3, 3), (1, 16, 1, 1), attrs, [1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("cin, cout", [(576, 144), (288, 72), (144, 40), (16, 8)])
+def test_squeeze_and_excitation_convolutions_are_packed_and_match_tvm(cin, cout):
+    """1x1 convolutions on a one-pixel map (MobileNet v3's squeeze and excitation) become
+    packed calls, their channels padded with zero weights where no panel divides them and
+    sliced back; the compiled model against TVM's build, the relu keeping half the outputs."""
+    mod = _module(cin, cout, (1, 1), (1, 1))
+    lanes, registers = vector_lanes(NATIVE), vector_registers(NATIVE)
+    packed = PackConvWeights(lanes, registers)(mod)
+    names = called_names(packed)
+    assert PACKED_NAME in names and "relax.nn.conv2d" not in names
+    width, padded = single_pixel_panel(cout, lanes, registers)
+    assert ("relax.strided_slice" in names) == (padded != cout)
+    x = np.random.default_rng(3).standard_normal((1, cin, 1, 1)).astype("float32")
+    expected = _reference(mod, x)
+    assert np.mean(expected > 0) > 0.2 and np.abs(expected).max() > 0.5
+    ex = tvm_rtask.compile(mod, "llvm-native", db=False)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    assert_close(got, expected)
 
 
 def test_packed_pointwise_convolutions_run_their_panels_in_parallel():
