@@ -204,13 +204,20 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip()
 
 
+# what a runtime's worker runs: an edit elsewhere (docs, results files) changes no measurement
+MEASURED_PATHS = (
+    "tvm_rtask", "src", "bench", ":!bench/results", "pyproject.toml", "CMakeLists.txt"
+)  # fmt: skip
+
+
 def source_state() -> str | None:
-    """A fingerprint of the checkout's uncommitted state (``git status`` and ``git diff``):
-    a runtime's worker imports tvm_rtask afresh, so an edit during a run changes what the
-    later models measure."""
+    """A fingerprint of the uncommitted state of the code (``git status`` and ``git diff`` of
+    :data:`MEASURED_PATHS`): a runtime's worker imports tvm_rtask afresh, so an edit of the
+    code during a run changes what the later models measure; one of the docs does not."""
     import hashlib
 
-    status, diff = _git("status", "--porcelain"), _git("diff", "HEAD")
+    status = _git("status", "--porcelain", "--", *MEASURED_PATHS)
+    diff = _git("diff", "HEAD", "--", *MEASURED_PATHS)
     if status is None or diff is None:
         return None
     return hashlib.sha256((status + "\0" + diff).encode()).hexdigest()[:16]

@@ -220,3 +220,19 @@ def test_a_failed_round_fails_the_record():
     assert peers.pool_rounds(good, failed) is failed
     assert peers.pool_rounds(failed, good) is failed
     assert peers.pool_rounds(None, good) is good
+
+
+def test_the_fingerprint_covers_the_code_and_not_the_docs(monkeypatch):
+    """An edit of the docs during a run measures the same code; one of tvm_rtask does not."""
+    calls = []
+
+    def git(*args):
+        calls.append(args)
+        return ""
+
+    monkeypatch.setattr(peers, "_git", git)
+    assert peers.source_state() is not None
+    for args in calls:
+        paths = args[args.index("--") + 1 :]
+        assert "tvm_rtask" in paths and "src" in paths and ":!bench/results" in paths
+        assert not any(p.startswith("docs") or p == "README.md" for p in paths)
