@@ -255,3 +255,48 @@ def test_a_body_given_other_constants_gets_another_name(lowered, monkeypatch):
 
     assert symbols(1) == symbols(1)
     assert not set(symbols(1)) & set(symbols(2))
+
+
+def _shifted_window_merge():
+    """Swin-T's window reverse, cyclic shift back by 3 (``torch.roll``: two slices and a
+    concatenation per axis) and residual add, at its 28x28x192 stage: the injective operator
+    whose index arithmetic TVM's simplifier rewrote wrongly once the rTask bounds were
+    written into its body."""
+    windows = relax.Var("windows", relax.TensorType((16, 49, 192), "float32"))
+    residual = relax.Var("residual", relax.TensorType((1, 28, 28, 192), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [windows, residual]):
+        with bb.dataflow():
+            x = bb.emit(relax.op.reshape(windows, (1, 4, 4, 7, 7, 192)))
+            x = bb.emit(relax.op.permute_dims(x, [0, 1, 3, 2, 4, 5]))
+            x = bb.emit(relax.op.reshape(x, (1, 28, 28, 192)))
+            for axis in (1, 2):
+                tail = bb.emit(relax.op.strided_slice(x, axes=[axis], begin=[25], end=[28]))
+                head = bb.emit(relax.op.strided_slice(x, axes=[axis], begin=[0], end=[25]))
+                x = bb.emit(relax.op.concat([tail, head], axis=axis))
+            out = bb.emit_output(relax.op.add(x, residual))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_injective_bodies_built_apart_keep_their_parameters_and_match_tvm():
+    mod = _shifted_window_merge()
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((16, 49, 192)), rng.standard_normal((1, 28, 28, 192))]
+    args = [a.astype("float32") for a in args]
+    expected = _run(tvm.compile(mod, "llvm"), args)
+    lowered = lower(mod, "llvm-native", num_veu=2, db=False)
+    calls = dispatch.call_arguments(lowered)
+    bodies = parallel_build._movable(lowered, calls)
+    ranges = parallel_build._argument_ranges(calls, set(bodies))
+    injective = [
+        n
+        for n, f in bodies.items()
+        if str(f.attrs.get(dispatch.BODY_RULE_ATTR, "")) in parallel_build.UNSPECIALISED_RULES
+    ]
+    assert injective  # the merge is one body of the Elementwise rule, split over two vEUs
+    for name in injective:
+        assert parallel_build.specialise(bodies[name], ranges.get(name, {})).same_as(bodies[name])
+    for jobs in (1, 2):
+        ex = tvm_rtask.compile(mod, "llvm-native", num_veu=2, db=False, cpu_build_jobs=jobs)
+        np.testing.assert_array_equal(_run(ex, args), expected)

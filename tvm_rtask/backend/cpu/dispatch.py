@@ -55,6 +55,8 @@ MAX_INLINED_CALLS = 4
 # a body built in a module of its own (parallel_build.py): a public C function its callers
 # call by name, so it keeps its global symbol
 PUBLIC_BODY_ATTR = "tvm_rtask.cpu_body_public"
+# the schedule rule of a body's rKernel (parallel_build.specialise reads it)
+BODY_RULE_ATTR = "tvm_rtask.cpu_body_rule"
 CPU_PIPELINE = "tvm_rtask.cpu"
 TIMEOUT_MESSAGE = (
     "tvm_rtask: a step-array barrier timed out in a persistent CPU kernel (details on stderr). "
@@ -204,6 +206,8 @@ def body_function(call: KernelCall) -> tirx.PrimFunc:
     source = call.func.attrs or {}
     if RULE_ATTR in source or TUNED_ATTR in source:
         attrs[OUTLINED_ATTR] = True  # see body_function_device
+    if RULE_ATTR in source:
+        attrs[BODY_RULE_ATTR] = str(source[RULE_ATTR])
     return new_func.with_attrs(attrs)
 
 
