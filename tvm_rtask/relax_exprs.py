@@ -78,6 +78,25 @@ def bound_value(mutator: relax.PyExprMutator, expr):
     return expr
 
 
+def call_te_padded(
+    builder: relax.BlockBuilder, func, *args, name: str, axis: int, size: int, padded: int
+) -> relax.Expr:
+    """``builder.call_te(func, *args)`` of a product computed ``padded`` wide along ``axis``
+    (zero weights appended to whole panels), cut back to ``size``: fusable into its epilogue
+    where nothing was padded, else opaque (the slice must not fuse into the product, which its
+    rule schedules alone) and followed by the slice."""
+    product = builder.call_te(
+        func,
+        *args,
+        primfunc_name_hint=name,
+        primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE if padded == size else OPAQUE},
+    )
+    if padded == size:
+        return product
+    wide = builder.emit(product)
+    return relax.op.strided_slice(wide, axes=[axis], begin=[0], end=[size])
+
+
 def rewrite_functions(mod: tvm.IRModule, rewriter: relax.PyExprMutator) -> tvm.IRModule:
     """``mod`` with every Relax function visited by ``rewriter`` (a mutator made for
     ``mod``), and what its builder added (``call_te`` PrimFuncs)."""

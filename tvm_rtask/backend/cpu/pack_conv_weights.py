@@ -41,9 +41,8 @@ import tvm
 from tvm import relax, te, topi
 
 from ...relax_exprs import (
-    OPAQUE,
-    OUT_EWISE_FUSABLE,
     bound_value,
+    call_te_padded,
     constant_array,
     four_sided_padding,
     ints,
@@ -333,21 +332,19 @@ class _Rewriter(relax.PyExprMutator):
             width = self._panel(weight.shape, x_shape, attrs, padding)
         if width is None:
             return call
-        product = self.builder_.call_te(
+        return call_te_padded(
+            self.builder_,
             conv2d_over_panels,
             x,
             relax.const(pack_weight(weight, width)),
             ints(attrs.strides),
             padding,
             ints(attrs.dilation),
-            primfunc_name_hint=PACKED_NAME,
-            # padded: the slice after it must not fuse in, the rule schedules the product alone
-            primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE if padded == channels else OPAQUE},
+            name=PACKED_NAME,
+            axis=1,
+            size=channels,
+            padded=padded,
         )
-        if padded == channels:
-            return product
-        wide = self.builder_.emit(product)
-        return relax.op.strided_slice(wide, axes=[1], begin=[0], end=[channels])
 
 
 @tvm.transform.module_pass(opt_level=0, name="PackConvWeights")

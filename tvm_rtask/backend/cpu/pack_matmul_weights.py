@@ -37,9 +37,8 @@ import tvm
 from tvm import relax, te
 
 from ...relax_exprs import (
-    OPAQUE,
-    OUT_EWISE_FUSABLE,
     bound_value,
+    call_te_padded,
     constant_array,
     op_name,
     rewrite_functions,
@@ -150,18 +149,17 @@ class _Rewriter(relax.PyExprMutator):
             width, padded = found
         if padded == width:  # one panel: W is already contiguous
             return call
-        product = self.builder_.call_te(
+        return call_te_padded(
+            self.builder_,
             _matmul_packed,
             x,
             relax.const(pack_weight(weight, width)),
             padded,
-            primfunc_name_hint=PACKED_NAME,
-            primfunc_attrs={"op_pattern": OUT_EWISE_FUSABLE if padded == n else OPAQUE},
+            name=PACKED_NAME,
+            axis=len(x_shape) - 1,
+            size=n,
+            padded=padded,
         )
-        if padded == n:
-            return product
-        wide = self.builder_.emit(product)
-        return relax.op.strided_slice(wide, axes=[len(x_shape) - 1], begin=[0], end=[n])
 
 
 @tvm.transform.module_pass(opt_level=0, name="PackMatmulWeights")
